@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up, then run every check CI runs (the README's test command; `.ci/run` calls exactly this).
+#   1. the library is in sync with the notebooks (`nbdev_export` leaves no change)
+#   2. the notebooks are clean (`nbdev_clean` leaves no change)
+#   3. README.md is in sync with nbs/index.ipynb
+#   4. `nbdev_test` (cells flagged `slow`/`gpu` are skipped; add them with NBDEV_FLAGS="slow gpu")
+#   5. `pytest tests/` (fresh-interpreter imports, papermill runs, bad-input suites)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+. tools/env.sh
+
+snapshot() { find nbs consistency_amp -type f -not -path '*/__pycache__/*' -not -path '*/.ipynb_checkpoints/*' -print0 | sort -z | xargs -0 sha1sum; }
+check_unchanged() {  # $1: what was run; fails if it changed any file
+  local after; after=$(snapshot)
+  if [ "$before" != "$after" ]; then
+    echo "FAIL: '$1' changed files (run it and commit the result):"
+    diff <(echo "$before") <(echo "$after") | grep '^[<>]' | awk '{print "   " $3}' | sort -u
+    exit 1
+  fi
+}
+before=$(snapshot); nbdev_export; check_unchanged nbdev_export
+before=$(snapshot); nbdev_clean; check_unchanged nbdev_clean
+python tools/make_readme.py --check
+nbdev_test --n_workers "${NBDEV_WORKERS:-2}" --timing ${NBDEV_FLAGS:+--flags "$NBDEV_FLAGS"}
+python -m pytest tests/ -q ${PYTEST_ARGS:-}
+echo "all checks passed"
