@@ -6,7 +6,7 @@
 __all__ = ['STRATEGIES', 'minimal_coupling', 'rewards_from_coupling', 'pair_rewards', 'pair_rewards_batch', 'verifier_matrix',
            'consistency_rewards', 'consistency_reward_func']
 
-# %% ../nbs/01_pairing.ipynb #759967fc
+# %% ../nbs/01_pairing.ipynb #12255259
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,7 +14,7 @@ import ot
 
 from .verifiers import RELATIONS, consistency, parse_answer
 
-# %% ../nbs/01_pairing.ipynb #f5adf986
+# %% ../nbs/01_pairing.ipynb #bc4ad39d
 STRATEGIES = ("random", "one_to_all", "minimal")
 
 def _check_strategy(strategy) -> None:
@@ -34,54 +34,65 @@ def _check_matrix(V, name: str = "V", ndim: int = 2) -> np.ndarray:
         raise ValueError(f"{name} must hold verifier scores within [0, 1]; found values in [{V.min():g}, {V.max():g}]")
     return V
 
-# %% ../nbs/01_pairing.ipynb #095c22f8
+# %% ../nbs/01_pairing.ipynb #9f1a9f54
 def _random_rewards(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n0, n1 = V.shape[-2:]
     rows, cols = np.arange(n0), np.arange(n1)
     return V[..., rows, rows % n1], V[..., cols % n0, cols]
 
-# %% ../nbs/01_pairing.ipynb #0bc9a53c
+# %% ../nbs/01_pairing.ipynb #20bceabc
 def _one_to_all_rewards(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return V.mean(axis=-1), V.mean(axis=-2)
 
-# %% ../nbs/01_pairing.ipynb #8f15c528
+# %% ../nbs/01_pairing.ipynb #5b37a5d0
+def _coupling(V: np.ndarray) -> np.ndarray:
+    n0, n1 = V.shape
+    return ot.emd(np.full(n0, 1.0 / n0), np.full(n1, 1.0 / n1), np.ascontiguousarray(V))
+
 def minimal_coupling(V) -> np.ndarray:
     "The coupling with uniform marginals (1/n0 per row, 1/n1 per column) minimising the total consistency <gamma, V>."
     V = _check_matrix(V)
-    n0, n1 = V.shape
-    if n0 == 0 or n1 == 0: raise ValueError(f"minimal_coupling needs at least one completion on each side; V has shape {V.shape}")
-    return ot.emd(np.full(n0, 1.0 / n0), np.full(n1, 1.0 / n1), np.ascontiguousarray(V))
+    if 0 in V.shape: raise ValueError(f"minimal_coupling needs at least one completion on each side; V has shape {V.shape}")
+    return _coupling(V)
 
-# %% ../nbs/01_pairing.ipynb #c5ae1aa6
-def rewards_from_coupling(V, gamma) -> tuple[np.ndarray, np.ndarray]:
-    "Each completion scored against its argmax-mass partner in `gamma` (ties: the least consistent partner)."
-    V, gamma = _check_matrix(V), np.asarray(gamma, dtype=np.float64)
-    if gamma.shape != V.shape: raise ValueError(f"gamma has shape {gamma.shape} but V has shape {V.shape}")
-    tol = 1e-9 * gamma.max(initial=0.0)
+# %% ../nbs/01_pairing.ipynb #6426b29e
+def _coupling_rewards(V: np.ndarray, gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    tol = 1e-9 * gamma.max()
     partner_of_row = gamma >= gamma.max(axis=1, keepdims=True) - tol
     partner_of_col = gamma >= gamma.max(axis=0, keepdims=True) - tol
     return np.where(partner_of_row, V, np.inf).min(axis=1), np.where(partner_of_col, V, np.inf).min(axis=0)
 
-# %% ../nbs/01_pairing.ipynb #f59881ee
-def _boolean_structure(V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    "Bits u (rows), w (columns) and whether V == u XOR w holds, for one matrix or a stack (over the last two axes)."
-    u = V[..., :, 0] != 0
-    w = V[..., 0, :] != V[..., :1, 0]
-    binary = ~(V * (1.0 - V)).any(axis=(-2, -1))          # V in [0, 1] is 0/1 iff V(1 - V) == 0
-    return u, w, binary & (V == (u[..., :, None] ^ w[..., None, :])).all(axis=(-2, -1))
+def rewards_from_coupling(V, gamma) -> tuple[np.ndarray, np.ndarray]:
+    "Each completion scored against its argmax-mass partner in `gamma` (ties: the least consistent partner)."
+    V, gamma = _check_matrix(V), np.asarray(gamma, dtype=np.float64)
+    if gamma.shape != V.shape: raise ValueError(f"gamma has shape {gamma.shape} but V has shape {V.shape}")
+    if 0 in V.shape: return np.zeros(V.shape[0]), np.zeros(V.shape[1])
+    return _coupling_rewards(V, gamma)
 
-def _first(mask: np.ndarray, n: np.ndarray) -> np.ndarray:
-    "The first n True entries of mask along the last axis (n broadcasts over the leading axes)."
-    return mask & (np.cumsum(mask, axis=-1) <= n[..., None])
+# %% ../nbs/01_pairing.ipynb #84a2fb67
+def _boolean_rewards(V: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    "Minimal-pairing rewards of a square V = u XOR w by the closed form; None when V lacks that structure."
+    u, w = V[:, 0] != 0, V[0] != V[0, 0]
+    if (V * (1.0 - V)).any() or not (V == (u[:, None] ^ w)).all(): return None   # 0/1 iff V(1 - V) == 0
+    excess = int(np.count_nonzero(u)) - int(np.count_nonzero(w))                   # p - q
+    r0, r1 = np.zeros(len(u)), np.zeros(len(w))
+    if excess:   # p > q: the first p - q rows with u = 1 and columns with w = 0; q > p: u = 0 and w = 1
+        r0[np.flatnonzero(u if excess > 0 else ~u)[:abs(excess)]] = 1.0
+        r1[np.flatnonzero(~w if excess > 0 else w)[:abs(excess)]] = 1.0
+    return r0, r1
 
-def _boolean_minimal_rewards(u: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    excess = np.count_nonzero(u, axis=-1) - np.count_nonzero(w, axis=-1)     # p - q
-    n = np.abs(excess)
-    rows = u ^ (excess < 0)[..., None]       # p > q: rows with u = 1; q > p: rows with u = 0
-    cols = w ^ (excess > 0)[..., None]       # p > q: cols with w = 0; q > p: cols with w = 1
-    return _first(rows, n).astype(np.float64), _first(cols, n).astype(np.float64)
+def _boolean_rewards_batch(Vs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    "For a stack of square matrices: which have the u XOR w structure, and their closed-form rewards (others: junk)."
+    u, w = Vs[:, :, 0] != 0, Vs[:, 0, :] != Vs[:, :1, 0]
+    is_boolean = ~(Vs * (1.0 - Vs)).any(axis=(1, 2)) & (Vs == (u[:, :, None] ^ w[:, None, :])).all(axis=(1, 2))
+    excess = np.count_nonzero(u, axis=1) - np.count_nonzero(w, axis=1)
+    rows, cols = u ^ (excess < 0)[:, None], w ^ (excess > 0)[:, None]     # the over-represented classes
+    n = np.abs(excess)[:, None]
+    r0 = rows & (np.cumsum(rows, axis=1) <= n)                              # the first |p - q| of each
+    r1 = cols & (np.cumsum(cols, axis=1) <= n)
+    return is_boolean, r0.astype(np.float64), r1.astype(np.float64)
 
-# %% ../nbs/01_pairing.ipynb #7208ed4e
+# %% ../nbs/01_pairing.ipynb #888b5db8
 def pair_rewards(V, strategy: str = "minimal") -> tuple[np.ndarray, np.ndarray]:
     "Per-completion consistency rewards (original rows, augmented columns) from the n0 x n1 verifier matrix `V`."
     _check_strategy(strategy)
@@ -90,12 +101,10 @@ def pair_rewards(V, strategy: str = "minimal") -> tuple[np.ndarray, np.ndarray]:
     if n0 == 0 or n1 == 0: return np.zeros(n0), np.zeros(n1)
     if strategy == "random": return _random_rewards(V)
     if strategy == "one_to_all": return _one_to_all_rewards(V)
-    if n0 == n1:
-        u, w, is_boolean = _boolean_structure(V)
-        if is_boolean: return _boolean_minimal_rewards(u, w)
-    return rewards_from_coupling(V, minimal_coupling(V))
+    if n0 == n1 and (rewards := _boolean_rewards(V)) is not None: return rewards
+    return _coupling_rewards(V, _coupling(V))
 
-# %% ../nbs/01_pairing.ipynb #76ccb927
+# %% ../nbs/01_pairing.ipynb #478eb983
 def pair_rewards_batch(Vs, strategy: str = "minimal") -> tuple[np.ndarray, np.ndarray]:
     "`pair_rewards` for each matrix of a stack `Vs` of shape (G, n0, n1); returns arrays of shape (G, n0) and (G, n1)."
     _check_strategy(strategy)
@@ -107,13 +116,13 @@ def pair_rewards_batch(Vs, strategy: str = "minimal") -> tuple[np.ndarray, np.nd
     r0, r1 = np.zeros((G, n0)), np.zeros((G, n1))
     is_boolean = np.zeros(G, bool)
     if n0 == n1:
-        u, w, is_boolean = _boolean_structure(Vs)
-        r0[is_boolean], r1[is_boolean] = _boolean_minimal_rewards(u[is_boolean], w[is_boolean])
+        is_boolean, closed0, closed1 = _boolean_rewards_batch(Vs)
+        r0[is_boolean], r1[is_boolean] = closed0[is_boolean], closed1[is_boolean]
     for g in np.flatnonzero(~is_boolean):
-        r0[g], r1[g] = rewards_from_coupling(Vs[g], minimal_coupling(Vs[g]))
+        r0[g], r1[g] = _coupling_rewards(Vs[g], _coupling(Vs[g]))
     return r0, r1
 
-# %% ../nbs/01_pairing.ipynb #46e400df
+# %% ../nbs/01_pairing.ipynb #91af48e2
 def verifier_matrix(answers: Sequence, answers_augmented: Sequence, relation: str) -> np.ndarray:
     "V[i, j] = consistency(answers[i], answers_augmented[j], relation) for parsed answers (None scores 0)."
     if relation not in RELATIONS:
@@ -133,7 +142,7 @@ def consistency_rewards(answers: Sequence, answers_augmented: Sequence, relation
     r0[valid0], r1[valid1] = s0, s1
     return r0, r1
 
-# %% ../nbs/01_pairing.ipynb #c602ced7
+# %% ../nbs/01_pairing.ipynb #8feed505
 _SIDES = ("original", "augmented")
 
 def _column(values, name: str, n: int) -> Sequence:
