@@ -6,7 +6,7 @@
 __all__ = ['STRATEGIES', 'minimal_coupling', 'rewards_from_coupling', 'pair_rewards', 'pair_rewards_batch', 'verifier_matrix',
            'consistency_rewards', 'consistency_reward_func']
 
-# %% ../nbs/01_pairing.ipynb #178c7585
+# %% ../nbs/01_pairing.ipynb #4f0353fb
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,7 +14,7 @@ import ot
 
 from .verifiers import RELATIONS, consistency, parse_answer
 
-# %% ../nbs/01_pairing.ipynb #217408ad
+# %% ../nbs/01_pairing.ipynb #61e28f4a
 STRATEGIES = ("random", "one_to_all", "minimal")
 
 def _check_strategy(strategy) -> None:
@@ -34,17 +34,17 @@ def _check_matrix(V, name: str = "V", ndim: int = 2) -> np.ndarray:
         raise ValueError(f"{name} must hold verifier scores within [0, 1]; found values in [{V.min():g}, {V.max():g}]")
     return V
 
-# %% ../nbs/01_pairing.ipynb #c6e5b1f6
+# %% ../nbs/01_pairing.ipynb #e10483d6
 def _random_rewards(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n0, n1 = V.shape[-2:]
     rows, cols = np.arange(n0), np.arange(n1)
     return V[..., rows, rows % n1], V[..., cols % n0, cols]
 
-# %% ../nbs/01_pairing.ipynb #5482f889
+# %% ../nbs/01_pairing.ipynb #7a766abf
 def _one_to_all_rewards(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return V.mean(axis=-1), V.mean(axis=-2)
 
-# %% ../nbs/01_pairing.ipynb #8c9fc1d6
+# %% ../nbs/01_pairing.ipynb #6a42ef4c
 def _coupling(V: np.ndarray) -> np.ndarray:
     n0, n1 = V.shape
     return ot.emd(np.full(n0, 1.0 / n0), np.full(n1, 1.0 / n1), np.ascontiguousarray(V))
@@ -55,7 +55,7 @@ def minimal_coupling(V) -> np.ndarray:
     if 0 in V.shape: raise ValueError(f"minimal_coupling needs at least one completion on each side; V has shape {V.shape}")
     return _coupling(V)
 
-# %% ../nbs/01_pairing.ipynb #7b118140
+# %% ../nbs/01_pairing.ipynb #c4ab4417
 def _coupling_rewards(V: np.ndarray, gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     tol = 1e-9 * gamma.max()
     partner_of_row = gamma >= gamma.max(axis=1, keepdims=True) - tol
@@ -69,7 +69,7 @@ def rewards_from_coupling(V, gamma) -> tuple[np.ndarray, np.ndarray]:
     if 0 in V.shape: return np.zeros(V.shape[0]), np.zeros(V.shape[1])
     return _coupling_rewards(V, gamma)
 
-# %% ../nbs/01_pairing.ipynb #d794ad24
+# %% ../nbs/01_pairing.ipynb #da60e8e3
 def _boolean_rewards(V: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     "Minimal-pairing rewards of a square V = u XOR w by the closed form; None when V lacks that structure."
     u, w = V[:, 0] != 0, V[0] != V[0, 0]
@@ -92,7 +92,7 @@ def _boolean_rewards_batch(Vs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     r1 = cols & (np.cumsum(cols, axis=1) <= n)
     return is_boolean, r0.astype(np.float64), r1.astype(np.float64)
 
-# %% ../nbs/01_pairing.ipynb #eb67925e
+# %% ../nbs/01_pairing.ipynb #66f717ca
 def pair_rewards(V, strategy: str = "minimal") -> tuple[np.ndarray, np.ndarray]:
     "Per-completion consistency rewards (original rows, augmented columns) from the n0 x n1 verifier matrix `V`."
     _check_strategy(strategy)
@@ -104,7 +104,7 @@ def pair_rewards(V, strategy: str = "minimal") -> tuple[np.ndarray, np.ndarray]:
     if n0 == n1 and (rewards := _boolean_rewards(V)) is not None: return rewards
     return _coupling_rewards(V, _coupling(V))
 
-# %% ../nbs/01_pairing.ipynb #fb451a23
+# %% ../nbs/01_pairing.ipynb #548ef5ce
 def pair_rewards_batch(Vs, strategy: str = "minimal") -> tuple[np.ndarray, np.ndarray]:
     "`pair_rewards` for each matrix of a stack `Vs` of shape (G, n0, n1); returns arrays of shape (G, n0) and (G, n1)."
     _check_strategy(strategy)
@@ -122,7 +122,7 @@ def pair_rewards_batch(Vs, strategy: str = "minimal") -> tuple[np.ndarray, np.nd
         r0[g], r1[g] = _coupling_rewards(Vs[g], _coupling(Vs[g]))
     return r0, r1
 
-# %% ../nbs/01_pairing.ipynb #17c0cfc1
+# %% ../nbs/01_pairing.ipynb #540cce01
 def verifier_matrix(answers: Sequence, answers_augmented: Sequence, relation: str) -> np.ndarray:
     "V[i, j] = consistency(answers[i], answers_augmented[j], relation) for parsed answers (None scores 0)."
     if relation not in RELATIONS:
@@ -142,7 +142,7 @@ def consistency_rewards(answers: Sequence, answers_augmented: Sequence, relation
     r0[valid0], r1[valid1] = s0, s1
     return r0, r1
 
-# %% ../nbs/01_pairing.ipynb #9e68e34e
+# %% ../nbs/01_pairing.ipynb #6ad39102
 _SIDES = ("original", "augmented")
 
 def _column(values, name: str, n: int) -> Sequence:
