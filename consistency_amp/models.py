@@ -4,16 +4,15 @@
 
 # %% auto #0
 __all__ = ['PAPER_MODELS', 'LORA_R', 'LORA_ALPHA', 'LORA_DROPOUT', 'LORA_TARGET_NAMES', 'LANGUAGE_MODEL_NAMES',
-           'VISION_TOWER_NAMES', 'LANGUAGE_LORA_TARGETS', 'QUESTION_TEMPLATES', 'NUMERIC_QUESTIONS', 'OBJECT_CLASSES',
-           'MARKERS', 'MARKER_COLORS', 'QWEN2_5_VL_SPECIAL_TOKENS', 'TINY_BPE_VOCAB', 'TINY_MODEL', 'DEFAULT_MODEL',
-           'TINY_VERSION', 'TINY_TEXT_CONFIG', 'TINY_VISION_CONFIG', 'TINY_IMAGE_PIXELS', 'language_lora_regex',
-           'lora_config', 'tiny_tokenizer_corpus', 'train_tiny_tokenizer', 'Qwen2_5_VLImageOnlyProcessor',
-           'tiny_qwen2_5_vl_config', 'tiny_qwen2_5_vl_processor', 'build_tiny_qwen2_5_vl', 'tiny_model_key',
-           'tiny_model_path', 'resolve_model_path', 'resolve_device', 'resolve_dtype', 'vision_tower_names',
-           'freeze_vision_tower', 'lora_module_names', 'check_lora_placement', 'count_parameters', 'load_processor',
-           'load_adapter', 'save_adapter', 'load_model']
+           'VISION_TOWER_NAMES', 'LANGUAGE_LORA_TARGETS', 'TOKENIZER_CLASS_NAMES', 'QWEN2_5_VL_SPECIAL_TOKENS',
+           'TINY_BPE_VOCAB', 'TINY_MODEL', 'DEFAULT_MODEL', 'TINY_VERSION', 'TINY_TEXT_CONFIG', 'TINY_VISION_CONFIG',
+           'TINY_IMAGE_PIXELS', 'language_lora_regex', 'lora_config', 'tiny_tokenizer_corpus', 'train_tiny_tokenizer',
+           'Qwen2_5_VLImageOnlyProcessor', 'tiny_qwen2_5_vl_config', 'tiny_qwen2_5_vl_processor',
+           'build_tiny_qwen2_5_vl', 'tiny_model_key', 'tiny_model_path', 'resolve_model_path', 'resolve_device',
+           'resolve_dtype', 'vision_tower_names', 'freeze_vision_tower', 'lora_module_names', 'check_lora_placement',
+           'count_parameters', 'load_processor', 'load_adapter', 'save_adapter', 'load_model']
 
-# %% ../nbs/20_models.ipynb #0f8c5908
+# %% ../nbs/20_models.ipynb #4b2c4119
 import hashlib
 import json
 import os
@@ -21,6 +20,7 @@ import re
 import shutil
 import tempfile
 import warnings
+from itertools import product
 from pathlib import Path
 
 import tokenizers
@@ -36,9 +36,11 @@ from transformers import (AutoModelForImageTextToText, AutoProcessor, Generation
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 from trl.chat_template_utils import qwen2_5_vl_chat_template
 
+from .prompts import MARKER_COLORS, MARKER_PHRASES
+from .tasks import RELATION_PHRASES, TEMPLATES, plural
 from .verifiers import SYSTEM_PROMPT
 
-# %% ../nbs/20_models.ipynb #95c3c755
+# %% ../nbs/20_models.ipynb #48626ca8
 PAPER_MODELS = {"3B": "Qwen/Qwen2.5-VL-3B-Instruct", "7B": "Qwen/Qwen2.5-VL-7B-Instruct"}
 LORA_R, LORA_ALPHA = 32, 64  # Section 5.1
 LORA_DROPOUT = 0.05  # not given in the paper; the value TRL's and peft's LoRA examples use
@@ -54,7 +56,7 @@ def language_lora_regex(target_names=LORA_TARGET_NAMES, language_model_names=LAN
 
 LANGUAGE_LORA_TARGETS = language_lora_regex()
 
-# %% ../nbs/20_models.ipynb #ce76ad89
+# %% ../nbs/20_models.ipynb #63479e15
 def _check_positive(name: str, value, kind=(int, float)) -> None:
     if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
         raise ValueError(f"`{name}` must be a positive {'integer' if kind is int else 'number'}, got {value!r}")
@@ -69,44 +71,13 @@ def lora_config(r: int = LORA_R, alpha: float = LORA_ALPHA, dropout: float = LOR
     return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, bias="none",
                       task_type="CAUSAL_LM")
 
-# %% ../nbs/20_models.ipynb #63d11f9f
-QUESTION_TEMPLATES = {  # Appendix D, table "Question templates and relation phrases for each task"
-    "orientation": (("left of", "right of"), (
-        "Is object {IDX0} to the {REL} object {IDX1}?",
-        "In the image, is object {IDX0} {REL} object {IDX1}?",
-        "Compared to object {IDX1}, is object {IDX0} to the {REL} it?",
-        "Looking at the scene, is object {IDX0} {REL} object {IDX1}?",
-        "Between the two objects, is object {IDX0} to the {REL} object {IDX1}?")),
-    "depth": (("closer to", "further from"), (
-        "Is object {IDX0} {REL} the camera than object {IDX1}?",
-        "In terms of depth, is object {IDX0} {REL} the camera than object {IDX1}?",
-        "Compared to object {IDX1}, is object {IDX0} {REL} the camera?",
-        "Does object {IDX0} appear {REL} the camera than object {IDX1}?",
-        "Between the two objects, is object {IDX0} {REL} the camera than object {IDX1}?")),
-    "size": (("bigger than", "smaller than"), (
-        "Is object {IDX0} {REL} object {IDX1}?",
-        "In terms of size, is object {IDX0} {REL} object {IDX1}?",
-        "Compared to object {IDX1}, is object {IDX0} {REL}?",
-        "Does object {IDX0} appear {REL} object {IDX1}?",
-        "Between the two objects, is object {IDX0} {REL} object {IDX1}?")),
-    "relative_distance": (("closer to", "further from"), (
-        "Is object {IDX0} {REL} object 1 than object {IDX1}?",
-        "In 3D space, is object {IDX0} {REL} object 1 than object {IDX1}?",
-        "Compared to object {IDX1}, is object {IDX0} {REL} object 1?",
-        "Looking at the scene, is object {IDX0} {REL} object 1 than object {IDX1}?")),
-}
-NUMERIC_QUESTIONS = (  # Appendix D, numeric example prompts
-    "How many {CLS}s are visible in the image?", "In the image, how many {CLS}s can you see?",
-    "How many {CLS}s are in the image?",
-    "What is the distance between object 1 and object 2 in meters?", "In meters, how far apart are object 1 and object 2?")
-OBJECT_CLASSES = (  # Omni3D categories of SUN RGB-D (indoor) and KITTI (outdoor)
+# %% ../nbs/20_models.ipynb #4c98a6c2
+TOKENIZER_CLASS_NAMES = (  # Omni3D categories of SUN RGB-D (indoor) and KITTI (outdoor)
     "chair", "table", "sofa", "bed", "desk", "bookcase", "shelves", "cabinet", "lamp", "pillow", "sink", "toilet",
     "bathtub", "door", "window", "picture", "television", "monitor", "computer", "laptop", "books", "box", "bin", "bag",
     "bottle", "cup", "counter", "refrigerator", "oven", "microwave", "stove", "dresser", "night stand", "curtain",
     "mirror", "towel", "clothes", "shoes", "board", "printer", "plant", "person", "furniture",
     "car", "pedestrian", "cyclist", "van", "truck", "tram", "bus", "person sitting", "misc")
-MARKERS = ("marked with a {COLOR} dot.", "highlighted by a {COLOR} box.")
-MARKER_COLORS = ("red", "blue", "green")
 QWEN2_5_VL_SPECIAL_TOKENS = (  # in Qwen2.5-VL's order (ids 151643..151656 there)
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
     "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
@@ -116,21 +87,20 @@ def tiny_tokenizer_corpus() -> list[str]:
     "Training text of the tiny tokenizer: every string the experiments put in a prompt or expect in an answer."
     lines = [SYSTEM_PROMPT, "You are a helpful assistant.", "0 1 2 3 4 5 6 7 8 9 1.4 2.5 0.3 10 100 m meters",
              "True False true false", "<think> reasoning process here </think><answer> answer here </answer>"]
-    for relations, templates in QUESTION_TEMPLATES.values():
-        for template in templates:
-            for rel in relations:
-                for i, j in ((1, 2), (2, 1), (2, 3), (3, 2)):
-                    lines.append(template.format(IDX0=i, IDX1=j, REL=rel))
-    for cls in OBJECT_CLASSES:
-        lines += [q.format(CLS=cls) for q in NUMERIC_QUESTIONS]
+    index_pairs = ((1, 2), (2, 1), (2, 3), (3, 2))
+    for task, templates in TEMPLATES.items():
+        for template, rel, (i, j) in product(templates, RELATION_PHRASES.get(task, ("",)), index_pairs):
+            lines.append(template.format(IDX0=i, IDX1=j, REL=rel, CATEGORY=plural(TOKENIZER_CLASS_NAMES[0])))
+    for name in TOKENIZER_CLASS_NAMES:
+        lines += [template.format(CATEGORY=plural(name)) for template in TEMPLATES.get("counting", ())]
         for k, color in enumerate(MARKER_COLORS, start=1):
-            lines += [f'- object {k} = "{cls}", {m.format(COLOR=color)}' for m in MARKERS]
+            lines += [f'- object {k} = "{name}", {phrase.format(color=color)}.' for phrase in MARKER_PHRASES.values()]
     for answer in ("True", "False", "3", "1.4"):
-        lines.append(f"<think> Object 1 is the {OBJECT_CLASSES[0]} and object 2 is the {OBJECT_CLASSES[1]}. "
-                     f"</think><answer>{answer}</answer>")
-    return lines
+        lines.append(f"<think> Object 1 is the {TOKENIZER_CLASS_NAMES[0]} and object 2 is the "
+                     f"{TOKENIZER_CLASS_NAMES[1]}. </think><answer>{answer}</answer>")
+    return list(dict.fromkeys(lines))  # each line once, in order
 
-# %% ../nbs/20_models.ipynb #59306038
+# %% ../nbs/20_models.ipynb #574ead55
 TINY_BPE_VOCAB = 1024  # upper bound; the task corpus saturates below it
 
 def train_tiny_tokenizer(corpus: list[str] | None = None, vocab_size: int = TINY_BPE_VOCAB) -> Qwen2Tokenizer:
@@ -156,7 +126,7 @@ def train_tiny_tokenizer(corpus: list[str] | None = None, vocab_size: int = TINY
     tok.chat_template = qwen2_5_vl_chat_template
     return tok
 
-# %% ../nbs/20_models.ipynb #c12415e5
+# %% ../nbs/20_models.ipynb #4c0108fd
 class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
     "`Qwen2_5_VLProcessor` for images and text, without the (torchvision-only) video processor."
     def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
@@ -173,7 +143,7 @@ class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
 
 AutoProcessor.register("consistency_amp/qwen2_5_vl_image_only", Qwen2_5_VLImageOnlyProcessor, exist_ok=True)
 
-# %% ../nbs/20_models.ipynb #70fd4c8a
+# %% ../nbs/20_models.ipynb #2fc3b485
 TINY_MODEL = "tiny-qwen2.5-vl"  # the name `load_model` resolves to the cached tiny model
 DEFAULT_MODEL = TINY_MODEL
 TINY_VERSION = 1  # bump when the builder changes: it is part of the cache key
@@ -204,7 +174,7 @@ def tiny_qwen2_5_vl_processor(tokenizer=None) -> Qwen2_5_VLImageOnlyProcessor:
     tokenizer = train_tiny_tokenizer() if tokenizer is None else tokenizer
     return Qwen2_5_VLImageOnlyProcessor(image_processor, tokenizer, chat_template=qwen2_5_vl_chat_template)
 
-# %% ../nbs/20_models.ipynb #dbbbd86a
+# %% ../nbs/20_models.ipynb #0ec1ae6c
 def build_tiny_qwen2_5_vl(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     "Build the tiny Qwen2.5-VL (seeded random weights, offline tokenizer and processor) and save it to `out_dir`."
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -255,7 +225,7 @@ def tiny_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -
         shutil.rmtree(staging, ignore_errors=True)
     return path
 
-# %% ../nbs/20_models.ipynb #37fab630
+# %% ../nbs/20_models.ipynb #5c759efe
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> str:
@@ -284,7 +254,7 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype): return dtype
     raise ValueError(f"`dtype` must be 'auto', a torch.dtype or its name (e.g. 'bfloat16'), got {dtype!r}")
 
-# %% ../nbs/20_models.ipynb #e9f329e0
+# %% ../nbs/20_models.ipynb #1e5cdc33
 def vision_tower_names(model) -> list[str]:
     "Names of the outermost modules of `model` that are a vision encoder (`model.visual` in Qwen2.5-VL)."
     found = []
@@ -333,7 +303,7 @@ def count_parameters(model) -> dict[str, int]:
             counts["lora_trainable"] += n * ("lora_" in name)
     return counts
 
-# %% ../nbs/20_models.ipynb #e07815c9
+# %% ../nbs/20_models.ipynb #aabbd6be
 def load_processor(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, trust_remote_code: bool = False,
                    padding_side: str = "left", **kwargs) -> ProcessorMixin:
     "The multimodal processor of a model (Hub id, directory or `TINY_MODEL`), padding on the left for generation."
