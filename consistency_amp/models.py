@@ -12,7 +12,7 @@ __all__ = ['PAPER_MODELS', 'LORA_R', 'LORA_ALPHA', 'LORA_DROPOUT', 'LORA_TARGET_
            'resolve_dtype', 'vision_tower_names', 'freeze_vision_tower', 'lora_module_names', 'check_lora_placement',
            'count_parameters', 'load_processor', 'load_adapter', 'save_adapter', 'load_model']
 
-# %% ../nbs/20_models.ipynb #4b2c4119
+# %% ../nbs/20_models.ipynb #7513fae5
 import hashlib
 import json
 import os
@@ -40,10 +40,10 @@ from .prompts import MARKER_COLORS, MARKER_PHRASES
 from .tasks import RELATION_PHRASES, TEMPLATES, plural
 from .verifiers import SYSTEM_PROMPT
 
-# %% ../nbs/20_models.ipynb #48626ca8
+# %% ../nbs/20_models.ipynb #d1f03ea2
 PAPER_MODELS = {"3B": "Qwen/Qwen2.5-VL-3B-Instruct", "7B": "Qwen/Qwen2.5-VL-7B-Instruct"}
 LORA_R, LORA_ALPHA = 32, 64  # Section 5.1
-LORA_DROPOUT = 0.05  # not given in the paper; the value TRL's and peft's LoRA examples use
+LORA_DROPOUT = 0.05  # not given in the paper; the default of TRL's `ModelConfig`
 LORA_TARGET_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LANGUAGE_MODEL_NAMES = ("language_model", "text_model")
 VISION_TOWER_NAMES = ("visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder")
@@ -56,7 +56,7 @@ def language_lora_regex(target_names=LORA_TARGET_NAMES, language_model_names=LAN
 
 LANGUAGE_LORA_TARGETS = language_lora_regex()
 
-# %% ../nbs/20_models.ipynb #63479e15
+# %% ../nbs/20_models.ipynb #017e9625
 def _check_positive(name: str, value, kind=(int, float)) -> None:
     if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
         raise ValueError(f"`{name}` must be a positive {'integer' if kind is int else 'number'}, got {value!r}")
@@ -71,7 +71,7 @@ def lora_config(r: int = LORA_R, alpha: float = LORA_ALPHA, dropout: float = LOR
     return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, bias="none",
                       task_type="CAUSAL_LM")
 
-# %% ../nbs/20_models.ipynb #4c98a6c2
+# %% ../nbs/20_models.ipynb #d51581a1
 TOKENIZER_CLASS_NAMES = (  # Omni3D categories of SUN RGB-D (indoor) and KITTI (outdoor)
     "chair", "table", "sofa", "bed", "desk", "bookcase", "shelves", "cabinet", "lamp", "pillow", "sink", "toilet",
     "bathtub", "door", "window", "picture", "television", "monitor", "computer", "laptop", "books", "box", "bin", "bag",
@@ -100,7 +100,7 @@ def tiny_tokenizer_corpus() -> list[str]:
                      f"{TOKENIZER_CLASS_NAMES[1]}. </think><answer>{answer}</answer>")
     return list(dict.fromkeys(lines))  # each line once, in order
 
-# %% ../nbs/20_models.ipynb #574ead55
+# %% ../nbs/20_models.ipynb #8a4b2652
 TINY_BPE_VOCAB = 1024  # upper bound; the task corpus saturates below it
 
 def train_tiny_tokenizer(corpus: list[str] | None = None, vocab_size: int = TINY_BPE_VOCAB) -> Qwen2Tokenizer:
@@ -126,7 +126,7 @@ def train_tiny_tokenizer(corpus: list[str] | None = None, vocab_size: int = TINY
     tok.chat_template = qwen2_5_vl_chat_template
     return tok
 
-# %% ../nbs/20_models.ipynb #4c0108fd
+# %% ../nbs/20_models.ipynb #c4484568
 class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
     "`Qwen2_5_VLProcessor` for images and text, without the (torchvision-only) video processor."
     def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
@@ -143,7 +143,7 @@ class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
 
 AutoProcessor.register("consistency_amp/qwen2_5_vl_image_only", Qwen2_5_VLImageOnlyProcessor, exist_ok=True)
 
-# %% ../nbs/20_models.ipynb #2fc3b485
+# %% ../nbs/20_models.ipynb #f6fe4f00
 TINY_MODEL = "tiny-qwen2.5-vl"  # the name `load_model` resolves to the cached tiny model
 DEFAULT_MODEL = TINY_MODEL
 TINY_VERSION = 1  # bump when the builder changes: it is part of the cache key
@@ -174,7 +174,7 @@ def tiny_qwen2_5_vl_processor(tokenizer=None) -> Qwen2_5_VLImageOnlyProcessor:
     tokenizer = train_tiny_tokenizer() if tokenizer is None else tokenizer
     return Qwen2_5_VLImageOnlyProcessor(image_processor, tokenizer, chat_template=qwen2_5_vl_chat_template)
 
-# %% ../nbs/20_models.ipynb #0ec1ae6c
+# %% ../nbs/20_models.ipynb #054c8606
 def build_tiny_qwen2_5_vl(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     "Build the tiny Qwen2.5-VL (seeded random weights, offline tokenizer and processor) and save it to `out_dir`."
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -225,7 +225,7 @@ def tiny_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -
         shutil.rmtree(staging, ignore_errors=True)
     return path
 
-# %% ../nbs/20_models.ipynb #5c759efe
+# %% ../nbs/20_models.ipynb #30c75141
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> str:
@@ -254,7 +254,7 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype): return dtype
     raise ValueError(f"`dtype` must be 'auto', a torch.dtype or its name (e.g. 'bfloat16'), got {dtype!r}")
 
-# %% ../nbs/20_models.ipynb #1e5cdc33
+# %% ../nbs/20_models.ipynb #9a7a3277
 def vision_tower_names(model) -> list[str]:
     "Names of the outermost modules of `model` that are a vision encoder (`model.visual` in Qwen2.5-VL)."
     found = []
@@ -303,7 +303,7 @@ def count_parameters(model) -> dict[str, int]:
             counts["lora_trainable"] += n * ("lora_" in name)
     return counts
 
-# %% ../nbs/20_models.ipynb #aabbd6be
+# %% ../nbs/20_models.ipynb #c4b52b84
 def load_processor(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, trust_remote_code: bool = False,
                    padding_side: str = "left", **kwargs) -> ProcessorMixin:
     "The multimodal processor of a model (Hub id, directory or `TINY_MODEL`), padding on the left for generation."
