@@ -1,0 +1,82 @@
+"""Two-process OT-GRPO run, started by `tests/test_two_process.py` as
+
+    torchrun --nproc_per_node 2 tests/two_process_train.py OUT_DIR WORLD_ROOT
+
+(`accelerate launch --cpu --num_processes 2` would silently run a single process on a CPU-only machine.)
+
+Both ranks train the tiny model with `OTGRPOTrainer` for two steps on scripted completions. Each rank's local batch
+holds 3 groups of K, so of the 3 pairs of a global batch the middle one has its x group on rank 0 and its x' group on
+rank 1. Each rank writes what it saw to OUT_DIR/rank{r}.json: its rows, its completions, the gathered reward columns
+TRL got back from `_calculate_rewards`, and its slice of the advantages. The test recomputes everything in one process.
+"""
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+K = 2                      # group size
+GROUPS_PER_RANK = 3        # local batch = 3 groups: pairs never align with ranks
+SCRIPTED = ("<think>a</think><answer>True</answer>", "<think>b</think><answer>False</answer>", "<answer>maybe</answer>")
+
+
+def scripted_texts(rank: int, call: int, n: int) -> list[str]:
+    "Reproducible pseudo-random completions for the `n` prompts of `rank` at its `call`-th generation."
+    rng = np.random.default_rng([rank, call])
+    return [SCRIPTED[i] for i in rng.choice(len(SCRIPTED), size=n, p=[0.45, 0.45, 0.1])]
+
+
+def examples_of(world_root) -> list:
+    "Orientation and depth examples of the synthetic world at `world_root`."
+    from consistency_amp.task_splits import build_examples, load_sources
+    scenes = load_sources(world_root, sources=("SUNRGBD",))["SUNRGBD"]
+    return [e for task in ("orientation", "depth") for e in build_examples(scenes, task)]
+
+
+def main(out_dir: str, world_root: str) -> None:
+    from consistency_amp.models import load_model
+    from consistency_amp.trainer import OTGRPOConfig, OTGRPOTrainer
+
+    model, processor = load_model()
+    args = OTGRPOConfig(output_dir=tempfile.mkdtemp(), max_steps=2, num_generations=K, pairs_per_device=None,
+                        per_device_train_batch_size=GROUPS_PER_RANK * K, max_completion_length=16,
+                        learning_rate=1e-3, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+                        logging_steps=1, gradient_checkpointing=False, seed=0)
+    trainer = OTGRPOTrainer(model, args, examples_of(world_root), processing_class=processor)
+    rank, tokenizer = trainer.accelerator.process_index, processor.tokenizer
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    record, calls = [], [0]
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        texts = scripted_texts(rank, calls[0], len(prompt_ids))
+        calls[0] += 1
+        return [tokenizer(t, add_special_tokens=False).input_ids + [eos] for t in texts], None
+
+    calculate, score = trainer._calculate_rewards, trainer._generate_and_score_completions
+
+    def recording_calculate(inputs, prompts, completions, completion_ids_list):
+        gathered = calculate(inputs, prompts, completions, completion_ids_list)
+        record.append({"rows": [{k: row[k] for k in ("key", "pair_id", "side", "relation", "answer_type")}
+                                for row in inputs],
+                       "completions": [c[0]["content"] for c in completions],
+                       "rewards": gathered.tolist(), "reward_names": list(trainer.reward_func_names)})
+        return gathered
+
+    def recording_score(inputs):
+        output = score(inputs)
+        record[-1]["advantages"] = output["advantages"].tolist()
+        return output
+
+    trainer._generate_single_turn = generate
+    trainer._calculate_rewards, trainer._generate_and_score_completions = recording_calculate, recording_score
+    trainer.train()
+    info = {"rank": rank, "world_size": trainer.accelerator.num_processes,
+            "distributed_type": str(trainer.accelerator.distributed_type), "steps": record,
+            "log": [h for h in trainer.state.log_history if "loss" in h]}
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(info))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3: sys.exit(f"usage: torchrun --nproc_per_node 2 {sys.argv[0]} OUT_DIR WORLD_ROOT")
+    main(*sys.argv[1:])
