@@ -1,0 +1,80 @@
+"""nbs/figures.ipynb runs under papermill (as tools/reproduce.sh runs it) and writes readable figures and correct tables.
+
+The notebook is executed once per test session into a temporary folder, from a working directory outside the
+repository (so the notebook's own path resolution is exercised); nothing is written into the repository."""
+import math
+from pathlib import Path
+
+import pandas as pd
+import papermill as pm
+import pytest
+from PIL import Image
+
+from consistency_amp.baseline import APPENDIX_A_KS, expected_reward
+from consistency_amp.pairing import STRATEGIES
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "nbs" / "figures.ipynb"
+STEM = "pairing_expected_reward"
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    "Run the notebook once: returns (out_dir, executed notebook path)."
+    tmp = tmp_path_factory.mktemp("figures_notebook")
+    out_dir, executed_nb = tmp / "figures", tmp / "figures-executed.ipynb"
+    pm.execute_notebook(str(NOTEBOOK), str(executed_nb), kernel_name="python3", cwd=str(tmp), progress_bar=False,
+                        parameters={"out_dir": str(out_dir), "runs_dir": str(tmp / "runs")})
+    return out_dir, executed_nb
+
+
+def test_notebook_is_skipped_by_nbdev_and_parametrised():
+    import nbformat
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert nb.cells[0].cell_type == "raw" and "skip_exec: true" in nb.cells[0].source
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and 'out_dir = "../figures"' in tagged[0].source and 'runs_dir = "../runs"' in tagged[0].source
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "nbs/figures.ipynb is stored unexecuted"
+
+
+def test_writes_only_the_appendix_a_files(executed):
+    out_dir, executed_nb = executed
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(f"{STEM}.{ext}" for ext in ("csv", "md", "pdf", "png"))
+    assert executed_nb.is_file()
+
+
+def test_png_and_pdf_are_readable(executed):
+    out_dir, _ = executed
+    with Image.open(out_dir / f"{STEM}.png") as im:
+        im.verify()
+    with Image.open(out_dir / f"{STEM}.png") as im:       # verify() leaves the image unusable: reopen to inspect
+        assert im.format == "PNG" and im.width > 1000 and im.height > 300
+    pdf = (out_dir / f"{STEM}.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and b"%%EOF" in pdf[-1024:] and len(pdf) > 10_000
+
+
+def test_table_holds_the_exact_values(executed):
+    out_dir, _ = executed
+    table = pd.read_csv(out_dir / f"{STEM}.csv").set_index(["strategy", "method"])
+    assert list(table.columns) == [str(K) for K in APPENDIX_A_KS]
+    assert sorted(table.index) == sorted((s, m) for s in STRATEGIES for m in ("exact", "approx"))
+    for s in STRATEGIES:
+        for K in APPENDIX_A_KS:
+            assert table.loc[(s, "exact"), str(K)] == pytest.approx(expected_reward(K, s), abs=1e-12)
+            assert table.loc[(s, "approx"), str(K)] == pytest.approx(expected_reward(K, s, method="approx"), abs=1e-12)
+    # K = 8: exact C(16, 8) / 4^8 = 0.19638..., slightly below the paper's 1/sqrt(8 pi) = 0.19947...
+    assert table.loc[("minimal", "exact"), "8"] == pytest.approx(0.1964, abs=5e-5)
+    assert table.loc[("minimal", "exact"), "8"] == pytest.approx(math.comb(16, 8) / 4**8, abs=1e-12)
+    assert table.loc[("minimal", "approx"), "8"] == pytest.approx(1 / math.sqrt(8 * math.pi), abs=1e-12)
+    assert (table.loc[[("random", "exact"), ("one_to_all", "exact")]] == 0.5).all().all()
+    md = (out_dir / f"{STEM}.md").read_text()
+    assert "| minimal | exact | 0.3750 | 0.2734 | 0.1964 |" in md
+
+
+def test_executed_notebook_shows_the_figure(executed):
+    import nbformat
+    _, executed_nb = executed
+    nb = nbformat.read(executed_nb, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert any("text/markdown" in o.get("data", {}) for o in outputs)
