@@ -8,7 +8,7 @@ __all__ = ['GUESSER_RELATIONS', 'METHODS', 'SIDES', 'MAX_EXACT_K_UNPARSEABLE', '
            'expected_reward_by_states', 'MonteCarloEstimate', 'monte_carlo_reward', 'expected_reward',
            'appendix_a_table', 'table_markdown', 'plot_appendix_a', 'write_appendix_a']
 
-# %% ../nbs/02_baseline.ipynb #dcb3b2e2
+# %% ../nbs/02_baseline.ipynb #82a8cdd7
 import itertools
 import math
 import numbers
@@ -26,7 +26,7 @@ from scipy.stats import binom, norm
 
 from .pairing import STRATEGIES, consistency_rewards, pair_rewards_batch
 
-# %% ../nbs/02_baseline.ipynb #53ba2d6e
+# %% ../nbs/02_baseline.ipynb #e4b030ce
 GUESSER_RELATIONS = ("same", "opposite", "mixture")   # "mixture": same / opposite with probability 1/2 each
 METHODS = ("exact", "approx", "monte_carlo")
 SIDES = ("original", "augmented")
@@ -53,7 +53,7 @@ def _check_probability(name: str, x):
         raise ValueError(f"{name} must be a probability in [0, 1]; got {x!r}")
     return x
 
-# %% ../nbs/02_baseline.ipynb #9968f73e
+# %% ../nbs/02_baseline.ipynb #5cd0474e
 def pair_consistency_probability(p=0.5, relation: str = "opposite"):
     "Probability that two independent Bernoulli(p) answers are consistent under `relation` (Fractions stay exact)."
     _check_relation(relation)
@@ -61,14 +61,14 @@ def pair_consistency_probability(p=0.5, relation: str = "opposite"):
     same, opposite = p * p + (1 - p) * (1 - p), 2 * p * (1 - p)
     return {"same": same, "opposite": opposite, "mixture": (same + opposite) / 2}[relation]
 
-# %% ../nbs/02_baseline.ipynb #e7e6a2d2
+# %% ../nbs/02_baseline.ipynb #dba6f744
 def minimal_total_consistency(S: int, S_aug: int, K: int, relation: str = "opposite") -> int:
     "Smallest total consistency over all pairings of K answers with S Trues against K with S_aug Trues (boolean)."
     _check_choice("relation", relation, ("same", "opposite"))
     if not (0 <= S <= K and 0 <= S_aug <= K): raise ValueError(f"counts S={S}, S_aug={S_aug} must lie in [0, K={K}]")
     return abs(S - S_aug) if relation == "opposite" else abs(S + S_aug - K)
 
-# %% ../nbs/02_baseline.ipynb #d34b86a0
+# %% ../nbs/02_baseline.ipynb #55c532e7
 def _as_fraction(p, name: str = "p") -> Fraction:
     try: p = Fraction(p)
     except (TypeError, ValueError): raise ValueError(f"{name} must be a probability in [0, 1]; got {p!r}") from None
@@ -96,7 +96,7 @@ def _minimal_exact(K: int, p: float, relation: str) -> float:
     else: law, offset = np.convolve(pmf, pmf), np.arange(2 * K + 1) - K                          # P(S + S' - K = m)
     return float(np.abs(offset) @ law) / K
 
-# %% ../nbs/02_baseline.ipynb #29b0011a
+# %% ../nbs/02_baseline.ipynb #46ccffea
 def _folded_normal_mean(mu: float, sigma: float) -> float:
     "E|X| for X ~ N(mu, sigma^2)."
     if sigma == 0: return abs(mu)
@@ -113,7 +113,7 @@ def approx_reward(K: int, strategy: str, p: float = 0.5, relation: str = "opposi
     mean = 0.0 if relation == "opposite" else K * (2 * p - 1)
     return _folded_normal_mean(mean, math.sqrt(2 * K * p * (1 - p))) / K
 
-# %% ../nbs/02_baseline.ipynb #fa6d8b28
+# %% ../nbs/02_baseline.ipynb #624792b8
 def _arrangements(n: int, ones: int) -> np.ndarray:
     "All 0/1 vectors of length n with `ones` ones (every order of a group's valid answers), as an (m, n) bool array."
     out = np.zeros((math.comb(n, ones), n), dtype=bool)
@@ -145,7 +145,7 @@ def state_mean_totals(n0: int, n1: int, S: int, S_aug: int, strategy: str = "min
         return (Fraction(abs(S - S_aug)),) * 2
     return _state_mean_totals(n0, n1, S, S_aug, strategy)
 
-# %% ../nbs/02_baseline.ipynb #336c98dd
+# %% ../nbs/02_baseline.ipynb #9e181106
 def expected_reward_by_states(K: int, strategy: str, *, p=0.5, relation: str = "opposite", unparseable=0.0,
                               side: str = "original") -> Fraction:
     "Exact E[r_i] by enumerating valid counts and answer counts, each state averaged over all orders (small K)."
@@ -168,7 +168,7 @@ def expected_reward_by_states(K: int, strategy: str, *, p=0.5, relation: str = "
             total += weight * ps * pt * totals[SIDES.index(side)]
     return total / K
 
-# %% ../nbs/02_baseline.ipynb #202b8735
+# %% ../nbs/02_baseline.ipynb #2c7c96d4
 class MonteCarloEstimate(NamedTuple):
     mean: float       # estimated E[r_i]
     stderr: float     # standard error of `mean`, from the per-group mean rewards
@@ -196,7 +196,7 @@ def monte_carlo_reward(K: int, strategy: str, *, p: float = 0.5, relation: str =
         group_means[g] = rewards[SIDES.index(side)].mean()
     return MonteCarloEstimate(float(group_means.mean()), float(group_means.std(ddof=1) / math.sqrt(n_samples)), int(n_samples))
 
-# %% ../nbs/02_baseline.ipynb #d014db5b
+# %% ../nbs/02_baseline.ipynb #c2949e73
 def expected_reward(K: int, strategy: str, *, p: float = 0.5, relation: str = "opposite", unparseable: float = 0.0,
                     method: str = "exact", side: str = "original", n_samples: int = 4000, seed: int = 0) -> float:
     "Expected per-completion consistency reward E[r_i] of an uninformative guesser (original side unless `side`)."
@@ -223,7 +223,7 @@ def expected_reward(K: int, strategy: str, *, p: float = 0.5, relation: str = "o
                          "use method='monte_carlo'")
     return float(expected_reward_by_states(K, strategy, p=p, relation=relation, unparseable=q, side=side))
 
-# %% ../nbs/02_baseline.ipynb #90d3f681
+# %% ../nbs/02_baseline.ipynb #5243711e
 def appendix_a_table(Ks=APPENDIX_A_KS) -> pd.DataFrame:
     "E[r_i] of the uniform random guesser (p = 1/2, all parseable): one row per (strategy, method), one column per K."
     Ks = [_check_group_size(K) for K in Ks]
@@ -245,7 +245,7 @@ def table_markdown(table: pd.DataFrame, digits: int = 4) -> str:
              "approx: the paper's 1/sqrt(pi K) for minimal pairing, 1/2 for the others.")
     return "\n".join(lines) + "\n\n" + notes + "\n"
 
-# %% ../nbs/02_baseline.ipynb #b40266b6
+# %% ../nbs/02_baseline.ipynb #66f4fcc0
 def plot_appendix_a(K_max: int = 64, K_variants: int = 8, mc_samples: int = 1000, seed: int = 0) -> Figure:
     "Three panels: E[r_i] vs K (the paper's figure), vs the guesser's bias p, and vs the unparseable fraction q."
     K_max, K_variants = _check_group_size(K_max), _check_group_size(K_variants)
@@ -298,7 +298,7 @@ def plot_appendix_a(K_max: int = 64, K_variants: int = 8, mc_samples: int = 1000
     ax_q.legend(fontsize=8, loc="upper right")
     return fig
 
-# %% ../nbs/02_baseline.ipynb #9e93d8d0
+# %% ../nbs/02_baseline.ipynb #b1c39cd2
 def _write_atomically(path: Path, write) -> None:
     "Call write(tmp) on a temporary file next to `path`, then rename it onto `path` (removed again on failure)."
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
