@@ -92,7 +92,7 @@ def test_reward_func_accepts_the_good_batch():
     (dict(relation=["flip"] * 4), ValueError, "relation must be one of"),
     (dict(answer_type=["bool"] * 4), ValueError, "answer_type must be one of"),
     (dict(completions="<think>r</think><answer>True</answer>"), TypeError, "'completions' must be a list"),
-    (dict(completions=[None, None, None, None]), TypeError, "completion must be a str or a list of message dicts"),
+    (dict(completions=[None, None, None, None]), TypeError, "must be a str"),
 ])
 def test_reward_func_bad_columns(overrides, error, message):
     with pytest.raises(error) as e: consistency_reward_func(**_batch(**overrides))
