@@ -82,6 +82,7 @@ def score(trainer, texts):
     (dict(pairs_per_device=None, per_device_train_batch_size=None), "per_device_train_batch_size must be a positive"),
     (dict(per_device_train_batch_size=5), "contradicts pairs_per_device=2"),
     (dict(reward_weights=[1.0, 1.0, 0.0]), "reward_weights must hold 2 weights"),
+    (dict(remove_unused_columns=True), "remove_unused_columns must be False"),
 ])
 def test_config_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=None) as e: cpu(**kwargs)
@@ -200,3 +201,35 @@ def test_epochs_redraw_and_resume_is_deterministic(examples):
     a, b = dataset[first[0]], PairedPromptDataset(examples, seed=5)[first[0]]
     assert a["prompt"] == b["prompt"] and a["pair_id"] == b["pair_id"]
     assert dataset[pair_key(0, 0, 0, len(examples))]["pair_id"] != dataset[pair_key(0, 0, 1, len(examples))]["pair_id"]
+
+
+def test_resume_replays_the_same_pairs(examples):
+    "Stop after step 1, resume from checkpoint-1: step 2 sees the same pairs and ends with the same adapter."
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+    from consistency_amp.models import load_model
+
+    class StopAfterFirstStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs): control.should_training_stop = True
+
+    def run(out, stop=False, resume=None):
+        torch.manual_seed(0)                                   # the LoRA initialisation draws from torch's RNG
+        model, processor = load_model()
+        args = cpu(output_dir=out, max_steps=2, pairs_per_device=1, learning_rate=1e-2, save_strategy="steps",
+                   save_steps=1, seed=0)
+        trainer = OTGRPOTrainer(model, args, examples, processing_class=processor,
+                                callbacks=[StopAfterFirstStep()] if stop else None)
+        seen = []
+        texts = [T_, F_, F_, T_]
+        scripted(trainer, texts)
+        calculate = trainer._calculate_rewards
+        trainer._calculate_rewards = lambda inputs, *a: seen.append(inputs[0]["pair_id"]) or calculate(inputs, *a)
+        trainer.train(resume_from_checkpoint=resume)
+        return seen
+
+    full, part = tempfile.mkdtemp(), tempfile.mkdtemp()
+    full_pairs = run(full)
+    assert run(part, stop=True) == full_pairs[:1]
+    assert run(part, resume=str(Path(part) / "checkpoint-1")) == full_pairs[1:]
+    a, b = (load_file(str(Path(d) / "checkpoint-2" / "adapter_model.safetensors")) for d in (full, part))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
