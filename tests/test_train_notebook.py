@@ -1,0 +1,190 @@
+"""nbs/train.ipynb under papermill, and resume.
+
+* The notebook runs end to end with tiny parameters from a working directory outside the repository, into a
+  temporary runs folder (nothing is written into the repository; the executed notebook goes to the temporary folder):
+  the run folder is complete per RUNS_CONTRACT.md.
+* Running it again with the same name fails without `overwrite`, naming the folder and both options; the run is
+  untouched.
+* Invalid parameters fail in the validation cell, before any model is loaded, with the valid choices in the message,
+  and create no run folder.
+* Resume: a run stopped after 2 of 4 steps and resumed ends where an uninterrupted run ends (same adapter tensors,
+  same last log lines), through `consistency_amp.train.train_run` (the code the notebook runs). Completions are
+  scripted (drawn with torch's RNG, so the resumed run must restore the RNG state) because the tiny model's own
+  completions are never parseable, all rewards would be 0, and the adapters would trivially agree.
+"""
+import json
+import time
+from pathlib import Path
+
+import nbformat
+import papermill as pm
+import pytest
+
+from consistency_amp.runs import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, PARAM_KEYS, REQUIRED_LOG_FIELDS, read_json,
+                                  read_jsonl, read_run)
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "nbs" / "train.ipynb"
+TINY = dict(task="depth", steps=3, K=2, pairs_per_device=1, max_completion_length=8, save_steps=2)
+
+
+def execute(tmp: Path, output: str, **parameters):
+    "Execute the notebook from `tmp` (outside the repository) into tmp/output."
+    return pm.execute_notebook(str(NOTEBOOK), str(tmp / output), kernel_name="python3", cwd=str(tmp),
+                               progress_bar=False, parameters=parameters)
+
+
+def nbs_snapshot():
+    return sorted((p.name, p.stat().st_mtime_ns) for p in (REPO / "nbs").iterdir())
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    "One tiny run: (tmp folder, runs folder, run folder, executed notebook)."
+    tmp = tmp_path_factory.mktemp("train_notebook")
+    runs = tmp / "runs"
+    before = nbs_snapshot()
+    start = time.perf_counter()
+    execute(tmp, "depth.ipynb", runs_dir=str(runs), **TINY)
+    print(f"tiny papermill run: {time.perf_counter() - start:.1f} s")
+    assert nbs_snapshot() == before, "executing the notebook wrote under nbs/"
+    (run,) = [p for p in runs.iterdir()]
+    return tmp, runs, run, tmp / "depth.ipynb"
+
+
+def test_notebook_is_skipped_by_nbdev_parametrised_and_stored_unexecuted():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert nb.cells[0].cell_type == "raw" and "skip_exec: true" in nb.cells[0].source
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    for name in ("task", "source", "reward", "pairing", "model", "data_root", "steps", "K", "pairs_per_device",
+                 "learning_rate", "seed", "label_noise", "max_completion_length", "run_name", "runs_dir", "resume",
+                 "overwrite", "save_steps", "stop_after", "report_to"):
+        assert f"\n{name} = " in "\n" + tagged[0].source, name
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "nbs/train.ipynb is stored unexecuted"
+    prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for command in ("torchrun --nproc_per_node 8 -m consistency_amp.train", "deepspeed_zero3.yaml", "-p K 8",
+                    "-p steps 500", "-p pairs_per_device 4", "-p learning_rate 1e-6"):
+        assert command in prose, command
+
+
+def test_run_folder_is_complete(executed):
+    tmp, runs, run, executed_nb = executed
+    assert run.name == "depth_consistency-minimal_tiny_T3_K2_ppd1_lr1e-6_seed0_synthetic"
+    params = read_json(run / "params.json")
+    assert set(PARAM_KEYS) <= set(params)
+    assert (params["kind"], params["task"], params["num_generations"], params["steps"], params["data_root"],
+            params["model_size"], params["scale"]) == ("train", "depth", 2, 3, None, "tiny", "mini")
+    assert params["versions"]["trl"] and params["versions"]["torch"] and params["created_at"]
+    assert "git_commit" in params
+    status = read_json(run / "status.json")
+    assert (status["state"], status["step"], status["max_steps"], status["num_processes"]) == ("complete", 3, 3, 1)
+    log, problems = read_jsonl(run / "train_log.jsonl")
+    assert problems == [] and [r["step"] for r in log] == [1, 2, 3]
+    for record in log:
+        assert all(f in record for f in REQUIRED_LOG_FIELDS + ("reward_accuracy",)), record
+        assert 0 <= record["unparseable_rate"] <= 1 and record["step_time_s"] > 0 and record["learning_rate"] > 0
+        assert "rewards/consistency/mean" in record and "rewards/format/mean" in record
+    from safetensors import safe_open
+    with safe_open(str(run / "adapter" / ADAPTER_WEIGHTS), "pt") as f:
+        keys = list(f.keys())
+    assert any("lora_A" in k for k in keys) and any("lora_B" in k for k in keys)
+    assert not any("visual" in k for k in keys)          # the vision tower carries no LoRA
+    assert json.loads((run / "adapter" / ADAPTER_CONFIG).read_text())["r"] == 32
+    assert sorted(p.name for p in (run / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    record = read_run(run)
+    assert record.complete and record.problems == [] and record.missing == ["eval/*.json"]
+    nb = nbformat.read(executed_nb, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any("image/png" in o.get("data", {}) for o in outputs)      # the reward curves
+
+
+def test_second_run_with_the_same_name_fails_without_overwrite(executed):
+    tmp, runs, run, _ = executed
+    status_before = (run / "status.json").read_text()
+    with pytest.raises(pm.PapermillExecutionError) as error:
+        execute(tmp, "again.ipynb", runs_dir=str(runs), **TINY)
+    message = str(error.value)
+    assert "FileExistsError" in message and f"run directory {run} already exists" in message
+    assert "overwrite" in message and "resume" in message
+    assert (run / "status.json").read_text() == status_before and (run / "adapter" / ADAPTER_WEIGHTS).is_file()
+
+
+INVALID = [
+    (dict(task="height"), "task must be one of 'orientation', 'depth', 'size', 'relative_distance', 'counting', "
+                          "'absolute_distance', 'joint'"),
+    (dict(reward="f1"), "reward must be one of 'consistency', 'accuracy'; got 'f1'"),
+    (dict(pairing="greedy"), "pairing must be one of 'minimal', 'random', 'one_to_all'; got 'greedy'"),
+    (dict(K=1), "num_generations (the group size K) must be an integer >= 2; got 1"),
+    (dict(data_root="/no/such/omni3d"), "data_root '/no/such/omni3d' does not exist"),
+]
+
+
+@pytest.mark.parametrize("bad,expected", INVALID, ids=[next(iter(b)) for b, _ in INVALID])
+def test_invalid_parameters_fail_fast_with_the_choices(tmp_path, bad, expected):
+    runs = tmp_path / "runs"
+    start = time.perf_counter()
+    with pytest.raises(pm.PapermillExecutionError) as error:
+        execute(tmp_path, "bad.ipynb", runs_dir=str(runs), **(TINY | bad))
+    elapsed = time.perf_counter() - start
+    assert error.value.ename == "ValueError" and expected in error.value.evalue
+    assert not runs.exists()                                          # no run folder
+    nb = nbformat.read(tmp_path / "bad.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    failed = next(i for i, c in enumerate(code) if any(o.get("output_type") == "error" for o in c.get("outputs", [])))
+    assert "TrainParams(" in code[failed].source                      # the validation cell, before any model
+    assert all(c.get("execution_count") is None for c in code[failed + 1:])
+    assert elapsed < 45, elapsed
+
+
+def test_resume_ends_where_an_uninterrupted_run_ends(tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file
+    from consistency_amp.train import TrainParams, start_run, train_examples, train_run
+    from consistency_amp.trainer import OTGRPOTrainer
+
+    scripted = ("<think>a</think><answer>True</answer>", "<think>b</think><answer>False</answer>", "<answer>?</answer>")
+
+    calls = []
+
+    def generate(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        calls.append(self.state.global_step)
+        tok = self.processing_class.tokenizer
+        eos = tok.convert_tokens_to_ids("<|im_end|>")
+        picks = torch.randint(len(scripted), (len(prompt_ids),)).tolist()     # torch's RNG: must be restored on resume
+        return [tok(scripted[i], add_special_tokens=False).input_ids + [eos] for i in picks], None
+
+    monkeypatch.setattr(OTGRPOTrainer, "_generate_single_turn", generate)
+    base = dict(task="depth", steps=4, num_generations=2, pairs_per_device=1, max_completion_length=16,
+                learning_rate=5e-3, save_steps=2, runs_dir=str(tmp_path))
+    examples = train_examples(TrainParams(**base))
+
+    def train(**extra):
+        params = TrainParams(**(base | extra))
+        return train_run(params, start_run(params), examples)[0]
+
+    full = train(run_name="full")
+    stopped = train(run_name="parts", stop_after=2)
+    status = read_json(stopped / "status.json")
+    assert (status["state"], status["step"], status["interrupted"]) == ("running", 2, "stop_after=2")
+    assert not (stopped / "adapter").exists() and (stopped / "checkpoints" / "checkpoint-2").is_dir()
+    first_part = read_jsonl(stopped / "train_log.jsonl")[0]
+    calls.clear()
+    resumed = train(run_name="parts", resume=True)
+    assert calls == [2, 3]                   # only steps 3 and 4 were trained again, not a restart from scratch
+    assert resumed == stopped and read_json(resumed / "status.json")["state"] == "complete"
+    assert len(read_json(resumed / "params.json")["resumed_at"]) == 1
+
+    a, b = (load_file(str(r / "adapter" / ADAPTER_WEIGHTS)) for r in (full, resumed))
+    assert a.keys() == b.keys()
+    assert max(t.abs().max().item() for k, t in a.items() if "lora_B" in k) > 1e-4   # it learned: not vacuous
+    for k in a: torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-7, msg=k)
+    log_a, log_b = (read_jsonl(r / "train_log.jsonl")[0] for r in (full, resumed))
+    assert [r["step"] for r in log_a] == [r["step"] for r in log_b] == [1, 2, 3, 4]
+    assert log_b[:2] == first_part           # the first part's lines are kept as they were
+    # GRPO's loss is 0 on policy (advantages have zero mean per group); the gradient is not
+    assert any(r["reward"] > 0 for r in log_a) and all(r["grad_norm"] > 0 for r in log_a)
+    same = ("reward", "reward_format", "reward_consistency", "reward_accuracy", "unparseable_rate", "loss",
+            "learning_rate", "grad_norm")
+    for ra, rb in zip(log_a[-2:], log_b[-2:]):
+        assert {k: ra[k] for k in same} == pytest.approx({k: rb[k] for k in same}, rel=1e-6, abs=1e-9)
