@@ -1,0 +1,91 @@
+"""The command-line entry `python -m consistency_amp.train`, in one process and under torchrun with two CPU processes.
+
+`torchrun --standalone --nproc_per_node 2 -m consistency_amp.train ...` runs the same `run_training` as the notebook in
+two processes (gloo on the CPU; `accelerate launch --cpu --num_processes 2` would silently run one): the main process
+creates the run folder once, both train, and the run ends complete with one log line per step and the adapter.
+In one process, a second launch with the same name and invalid flags fail before anything heavy is imported.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from consistency_amp.runs import ADAPTER_WEIGHTS, REQUIRED_LOG_FIELDS, read_json, read_jsonl, read_run
+
+REPO = Path(__file__).resolve().parents[1]
+FLAGS = ["--task", "depth", "--steps", "2", "-K", "2", "--pairs_per_device", "1", "--max_completion_length", "8",
+         "--save_steps", "0"]
+NAME = "depth_consistency-minimal_tiny_T2_K2_ppd1_lr1e-6_seed0_synthetic"
+
+
+def environment():
+    return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    if torchrun is None: pytest.skip("torchrun is not installed")
+    runs = tmp_path_factory.mktemp("runs")
+    start = time.perf_counter()
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "consistency_amp.train", *FLAGS,
+                           "--runs_dir", str(runs)], cwd=tmp_path_factory.mktemp("cwd"), env=environment(),
+                          capture_output=True, text=True, timeout=300)
+    print(f"torchrun, 2 processes, 2 steps: {time.perf_counter() - start:.1f} s")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return runs, proc
+
+
+def test_two_processes_train_one_complete_run(two_process_run):
+    runs, proc = two_process_run
+    assert [p.name for p in runs.iterdir()] == [NAME]          # one run folder, no staging left behind
+    run = runs / NAME
+    assert proc.stdout.count(f"run folder: {run}") == 1          # printed by the main process only
+    status = read_json(run / "status.json")
+    assert (status["state"], status["step"], status["num_processes"]) == ("complete", 2, 2)
+    log, problems = read_jsonl(run / "train_log.jsonl")
+    assert problems == [] and [r["step"] for r in log] == [1, 2]    # written once, by the main process
+    assert all(f in r for r in log for f in REQUIRED_LOG_FIELDS)
+    assert (run / "adapter" / ADAPTER_WEIGHTS).is_file()
+    assert read_json(run / "params.json")["num_generations"] == 2
+    record = read_run(run)
+    assert record.complete and record.problems == []
+
+
+def test_cli_refuses_an_existing_run_before_importing_torch(two_process_run):
+    runs, _ = two_process_run
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "consistency_amp.train", *FLAGS, "--runs_dir",
+                           str(runs)], env=environment(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert f"run directory {runs / NAME} already exists" in proc.stderr and "--overwrite" in proc.stderr
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and "transformers" not in imported and "trl" not in imported
+    assert time.perf_counter() - start < 30
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--task", "height"], "invalid choice: 'height' (choose from"),
+    (["--pairing", "greedy"], "invalid choice: 'greedy'"),
+    (["-K", "1"], "num_generations (the group size K) must be an integer >= 2"),
+    (["--data_root", "/no/such/omni3d"], "data_root '/no/such/omni3d' does not exist"),
+])
+def test_cli_rejects_invalid_flags_with_the_choices(tmp_path, flags, expected):
+    proc = subprocess.run([sys.executable, "-m", "consistency_amp.train", *FLAGS, *flags, "--runs_dir",
+                           str(tmp_path / "runs")], env=environment(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_help_lists_every_parameter():
+    from dataclasses import fields
+    from consistency_amp.train import TrainParams
+    proc = subprocess.run([sys.executable, "-m", "consistency_amp.train", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0
+    assert all(f"--{f.name}" in proc.stdout for f in fields(TrainParams)) and "torchrun" in proc.stdout
