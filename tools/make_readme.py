@@ -24,6 +24,7 @@ def render() -> str:
             cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
         kept.append(cell)
     nb.cells = kept
+    nb.metadata["language_info"] = {"name": "python"}  # fenced code blocks tagged as python
     body, _ = MarkdownExporter(exclude_input_prompt=True, exclude_output_prompt=True).from_notebook_node(nb)
     body = re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
     return NOTICE + body
