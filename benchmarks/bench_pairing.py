@@ -6,7 +6,10 @@ Prints microseconds per group (best of `--repeat` timeit runs) for
   * boolean answers (V = 1{a_i != b_j}), K = 8 and 16: one call of `pair_rewards`, POT's `ot.emd` on the same V
     (the solver alone, uniform marginals), scipy's `linear_sum_assignment`, and `pair_rewards_batch` over `--groups`
     groups (time per group);
-  * numeric answers (continuous V from the rescaled-error verifier), where `pair_rewards` uses `ot.emd`.
+  * numeric answers (continuous V from the rescaled-error verifier), where `pair_rewards` uses `ot.emd`;
+  * unequal sizes (n0 = K valid originals, n1 = K - 1 valid augmented answers), where `pair_rewards` solves a
+    canonically ordered problem with `ot.emd` (order-invariant rewards): the whole call, the canonical order alone,
+    and `ot.emd` alone; and `consistency_rewards` from parsed answers (sorting them by value first).
 Target (benchmarks/README.md): at most 5 us per group at K = 8 for boolean answers.
 """
 import argparse
@@ -17,7 +20,7 @@ import numpy as np
 import ot
 from scipy.optimize import linear_sum_assignment
 
-from consistency_amp.pairing import pair_rewards, pair_rewards_batch
+from consistency_amp.pairing import _canonical_order, consistency_rewards, pair_rewards, pair_rewards_batch
 
 TARGET_US = 5.0
 
@@ -75,6 +78,26 @@ def main(argv=None) -> None:
     for answers, K, t_single, t_emd, t_lsa, t_batch in rows:
         print(f"{answers:<8} {K:>3} {t_single:>13.2f} {t_emd:>9.2f} {t_lsa:>15.2f} {t_batch:>11.3f} "
               f"{t_emd / t_single:>11.1f} {t_emd / t_batch:>10.1f} {t_lsa / t_batch:>10.2f}")
+
+    print(f"\nunequal sizes n0 = K, n1 = K - 1 (us per call): pair_rewards = canonical order + ot.emd + argmax extraction")
+    print("{:<8} {:>3} {:>13} {:>16} {:>9} {:>20}".format("answers", "K", "pair_rewards", "_canonical_order", "ot.emd",
+                                                          "consistency_rewards"))
+    for answers in ("boolean", "numeric"):
+        for K in (8, 16):
+            if answers == "boolean":
+                y, y_prime = rng.random((K, 1)) < 0.5, rng.random((1, K - 1)) < 0.5
+                V, relation = (y != y_prime).astype(np.float64), "opposite"
+            else:
+                y, y_prime = rng.uniform(0.5, 5.0, (K, 1)), rng.uniform(0.5, 5.0, (1, K - 1))
+                V, relation = np.maximum(0.0, 1.0 - np.abs(y - y_prime) / np.maximum(y, y_prime)), "numeric"
+            a, b = y[:, 0].tolist(), y_prime[0].tolist()      # the parsed answers behind V
+            assert np.allclose(consistency_rewards(a, b, relation)[0].sum(), pair_rewards(V)[0].sum())
+            t_single = per_call_us(lambda: pair_rewards(V, "minimal"), args.repeat)
+            t_order = per_call_us(lambda: _canonical_order(V), args.repeat)
+            t_emd = per_call_us(lambda: ot.emd(np.full(K, 1 / K), np.full(K - 1, 1 / (K - 1)), V), args.repeat)
+            t_answers = per_call_us(lambda: consistency_rewards(a, b, relation, "minimal"), args.repeat)
+            print(f"{answers:<8} {K:>3} {t_single:>13.2f} {t_order:>16.2f} {t_emd:>9.2f} {t_answers:>20.2f}")
+
     batch_k8 = next(r[5] for r in rows if r[:2] == ("boolean", 8))
     single_k8 = next(r[2] for r in rows if r[:2] == ("boolean", 8))
     print(f"\ntarget <= {TARGET_US} us per group at K = 8, boolean answers: batched {batch_k8:.3f} us "

@@ -8,7 +8,7 @@ __all__ = ['GUESSER_RELATIONS', 'METHODS', 'SIDES', 'MAX_EXACT_K_UNPARSEABLE', '
            'expected_reward_by_states', 'MonteCarloEstimate', 'monte_carlo_reward', 'expected_reward',
            'appendix_a_table', 'table_markdown', 'plot_appendix_a', 'write_appendix_a']
 
-# %% ../nbs/02_baseline.ipynb #82a8cdd7
+# %% ../nbs/02_baseline.ipynb #74e7e3de
 import itertools
 import math
 import numbers
@@ -26,11 +26,11 @@ from scipy.stats import binom, norm
 
 from .pairing import STRATEGIES, consistency_rewards, pair_rewards_batch
 
-# %% ../nbs/02_baseline.ipynb #e4b030ce
+# %% ../nbs/02_baseline.ipynb #57da98e2
 GUESSER_RELATIONS = ("same", "opposite", "mixture")   # "mixture": same / opposite with probability 1/2 each
 METHODS = ("exact", "approx", "monte_carlo")
 SIDES = ("original", "augmented")
-MAX_EXACT_K_UNPARSEABLE = 8      # exact minimal pairing with unparseable completions enumerates ~4^K orders
+MAX_EXACT_K_UNPARSEABLE = 32     # exact minimal pairing with unparseable completions: ~K^4/8 solver calls
 APPENDIX_A_KS = (2, 4, 8, 16, 32, 64)
 
 def _check_choice(name: str, value, choices: tuple) -> None:
@@ -53,7 +53,7 @@ def _check_probability(name: str, x):
         raise ValueError(f"{name} must be a probability in [0, 1]; got {x!r}")
     return x
 
-# %% ../nbs/02_baseline.ipynb #5cd0474e
+# %% ../nbs/02_baseline.ipynb #71f320ec
 def pair_consistency_probability(p=0.5, relation: str = "opposite"):
     "Probability that two independent Bernoulli(p) answers are consistent under `relation` (Fractions stay exact)."
     _check_relation(relation)
@@ -61,14 +61,14 @@ def pair_consistency_probability(p=0.5, relation: str = "opposite"):
     same, opposite = p * p + (1 - p) * (1 - p), 2 * p * (1 - p)
     return {"same": same, "opposite": opposite, "mixture": (same + opposite) / 2}[relation]
 
-# %% ../nbs/02_baseline.ipynb #dba6f744
+# %% ../nbs/02_baseline.ipynb #22472866
 def minimal_total_consistency(S: int, S_aug: int, K: int, relation: str = "opposite") -> int:
     "Smallest total consistency over all pairings of K answers with S Trues against K with S_aug Trues (boolean)."
     _check_choice("relation", relation, ("same", "opposite"))
     if not (0 <= S <= K and 0 <= S_aug <= K): raise ValueError(f"counts S={S}, S_aug={S_aug} must lie in [0, K={K}]")
     return abs(S - S_aug) if relation == "opposite" else abs(S + S_aug - K)
 
-# %% ../nbs/02_baseline.ipynb #55c532e7
+# %% ../nbs/02_baseline.ipynb #fb7094a6
 def _as_fraction(p, name: str = "p") -> Fraction:
     try: p = Fraction(p)
     except (TypeError, ValueError): raise ValueError(f"{name} must be a probability in [0, 1]; got {p!r}") from None
@@ -96,7 +96,7 @@ def _minimal_exact(K: int, p: float, relation: str) -> float:
     else: law, offset = np.convolve(pmf, pmf), np.arange(2 * K + 1) - K                          # P(S + S' - K = m)
     return float(np.abs(offset) @ law) / K
 
-# %% ../nbs/02_baseline.ipynb #46ccffea
+# %% ../nbs/02_baseline.ipynb #b60fbb20
 def _folded_normal_mean(mu: float, sigma: float) -> float:
     "E|X| for X ~ N(mu, sigma^2)."
     if sigma == 0: return abs(mu)
@@ -113,42 +113,42 @@ def approx_reward(K: int, strategy: str, p: float = 0.5, relation: str = "opposi
     mean = 0.0 if relation == "opposite" else K * (2 * p - 1)
     return _folded_normal_mean(mean, math.sqrt(2 * K * p * (1 - p))) / K
 
-# %% ../nbs/02_baseline.ipynb #624792b8
-def _arrangements(n: int, ones: int) -> np.ndarray:
-    "All 0/1 vectors of length n with `ones` ones (every order of a group's valid answers), as an (m, n) bool array."
-    out = np.zeros((math.comb(n, ones), n), dtype=bool)
-    for row, idx in enumerate(itertools.combinations(range(n), ones)): out[row, list(idx)] = True
-    return out
-
+# %% ../nbs/02_baseline.ipynb #51094ea6
 @lru_cache(maxsize=None)
-def _state_mean_totals(n0: int, n1: int, S: int, S_aug: int, strategy: str) -> tuple[Fraction, Fraction]:
-    if (n0 - S, n1 - S_aug) < (S, S_aug): return _state_mean_totals(n0, n1, n0 - S, n1 - S_aug, strategy)
-    u, w = _arrangements(n0, S), _arrangements(n1, S_aug)
-    Vs = (u[:, None, :, None] ^ w[None, :, None, :]).reshape(-1, n0, n1).astype(np.float64)
-    r0, r1 = pair_rewards_batch(Vs, strategy)
-    def exact_mean(total: float) -> Fraction:
-        scaled = total * n0 * n1                       # every reward is a multiple of 1/n1 or 1/n0
-        assert abs(scaled - round(scaled)) < 1e-6 * max(1.0, abs(scaled)), scaled
-        return Fraction(round(scaled), n0 * n1 * len(Vs))
-    return exact_mean(r0.sum()), exact_mean(r1.sum())
+def _minimal_state_totals(n0: int, n1: int) -> np.ndarray:
+    "Minimal-pairing reward totals [side, S, S_aug] of every equivariant count state of n0 x n1 valid boolean answers."
+    S, S_aug = np.divmod(np.arange((n0 + 1) * (n1 + 1)), n1 + 1)
+    half = (S < n0 - S) | ((S == n0 - S) & (S_aug <= n1 - S_aug))    # the other half mirrors it by negation
+    u = np.arange(n0) >= (n0 - S[half])[:, None]                      # one canonical order: the Falses first
+    w = np.arange(n1) >= (n1 - S_aug[half])[:, None]
+    r0, r1 = pair_rewards_batch((u[:, :, None] ^ w[:, None, :]).astype(np.float64), "minimal")
+    computed = np.stack([r0.sum(axis=1), r1.sum(axis=1)])
+    totals = np.empty((2, S.size), dtype=np.int64)
+    totals[:, half] = np.rint(computed)
+    assert np.array_equal(totals[:, half], computed), "boolean rewards must be 0 or 1"
+    mirror = (n0 - S) * (n1 + 1) + (n1 - S_aug)                       # flat index of (n0 - S, n1 - S_aug)
+    totals[:, ~half] = totals[:, mirror[~half]]
+    return totals.reshape(2, n0 + 1, n1 + 1)
 
 def state_mean_totals(n0: int, n1: int, S: int, S_aug: int, strategy: str = "minimal",
                       relation: str = "opposite") -> tuple[Fraction, Fraction]:
-    "Exact mean over all orders of the (original, augmented) reward totals of the real pair_rewards for a count state."
+    "Exact (original, augmented) reward totals of a count state: the same for every order (random pairing: the mean over orders)."
     _check_choice("strategy", strategy, STRATEGIES)
     _check_choice("relation", relation, ("same", "opposite"))
     if not (0 <= S <= n0 and 0 <= S_aug <= n1):
         raise ValueError(f"counts must satisfy 0 <= S <= n0 and 0 <= S_aug <= n1; got n0={n0}, n1={n1}, S={S}, S_aug={S_aug}")
-    if relation == "same": S_aug = n1 - S_aug         # same matrices as the equivariant state with negated augmented answers
     if n0 == 0 or n1 == 0: return Fraction(0), Fraction(0)
-    if strategy == "minimal" and n0 == n1:            # a permutation: order-free closed form (proved above)
-        return (Fraction(abs(S - S_aug)),) * 2
-    return _state_mean_totals(n0, n1, S, S_aug, strategy)
+    if relation == "same": S_aug = n1 - S_aug         # the matrix of the equivariant state with negated augmented answers
+    if strategy == "minimal":
+        totals = _minimal_state_totals(n0, n1)[:, S, S_aug]
+        return Fraction(int(totals[0])), Fraction(int(totals[1]))
+    consistent = S * (n1 - S_aug) + (n0 - S) * S_aug  # (True, False) pairs among all n0 n1 pairs
+    return Fraction(consistent, n1), Fraction(consistent, n0)
 
-# %% ../nbs/02_baseline.ipynb #9e181106
+# %% ../nbs/02_baseline.ipynb #a1eda61d
 def expected_reward_by_states(K: int, strategy: str, *, p=0.5, relation: str = "opposite", unparseable=0.0,
                               side: str = "original") -> Fraction:
-    "Exact E[r_i] by enumerating valid counts and answer counts, each state averaged over all orders (small K)."
+    "Exact rational E[r_i] by enumerating valid counts and answer counts, one state total each (small K)."
     K = _check_group_size(K)
     _check_choice("strategy", strategy, STRATEGIES)
     _check_relation(relation)
@@ -168,7 +168,21 @@ def expected_reward_by_states(K: int, strategy: str, *, p=0.5, relation: str = "
             total += weight * ps * pt * totals[SIDES.index(side)]
     return total / K
 
-# %% ../nbs/02_baseline.ipynb #2c7c96d4
+def _minimal_exact_unparseable(K: int, p: float, q: float, relation: str, side: str) -> float:
+    "expected_reward_by_states for minimal pairing in floating point."
+    if relation == "mixture":
+        return sum(_minimal_exact_unparseable(K, p, q, r, side) for r in ("same", "opposite")) / 2
+    valid = binom.pmf(np.arange(K + 1), K, 1 - q)
+    answer_pmf = [binom.pmf(np.arange(n + 1), n, p) for n in range(K + 1)]
+    total = 0.0
+    for n0, n1 in itertools.product(range(1, K + 1), repeat=2):
+        if valid[n0] * valid[n1] == 0: continue
+        totals = _minimal_state_totals(n0, n1)[SIDES.index(side)]
+        if relation == "same": totals = totals[:, ::-1]          # S_aug -> n1 - S_aug, as in state_mean_totals
+        total += valid[n0] * valid[n1] * (answer_pmf[n0] @ totals @ answer_pmf[n1])
+    return total / K
+
+# %% ../nbs/02_baseline.ipynb #e574a8c4
 class MonteCarloEstimate(NamedTuple):
     mean: float       # estimated E[r_i]
     stderr: float     # standard error of `mean`, from the per-group mean rewards
@@ -196,7 +210,7 @@ def monte_carlo_reward(K: int, strategy: str, *, p: float = 0.5, relation: str =
         group_means[g] = rewards[SIDES.index(side)].mean()
     return MonteCarloEstimate(float(group_means.mean()), float(group_means.std(ddof=1) / math.sqrt(n_samples)), int(n_samples))
 
-# %% ../nbs/02_baseline.ipynb #c2949e73
+# %% ../nbs/02_baseline.ipynb #b724b8b5
 def expected_reward(K: int, strategy: str, *, p: float = 0.5, relation: str = "opposite", unparseable: float = 0.0,
                     method: str = "exact", side: str = "original", n_samples: int = 4000, seed: int = 0) -> float:
     "Expected per-completion consistency reward E[r_i] of an uninformative guesser (original side unless `side`)."
@@ -211,19 +225,19 @@ def expected_reward(K: int, strategy: str, *, p: float = 0.5, relation: str = "o
                                   n_samples=n_samples, seed=seed).mean
     if method == "approx":
         if q: raise ValueError(f"method='approx' assumes every completion parses (unparseable=0); got unparseable={q!r}: "
-                               "use method='exact' (K <= 8 for minimal pairing) or method='monte_carlo'")
+                               f"use method='exact' (K <= {MAX_EXACT_K_UNPARSEABLE} for minimal pairing) or method='monte_carlo'")
         return approx_reward(K, strategy, float(p), relation)
     if q == 0:
         return _minimal_exact(K, float(p), relation) if strategy == "minimal" else float(pair_consistency_probability(p, relation))
     if strategy != "minimal": return float(pair_consistency_probability(p, relation) * (1 - q) * (1 - q**K))
     if q == 1: return 0.0
     if K > MAX_EXACT_K_UNPARSEABLE:
-        raise ValueError(f"exact minimal-pairing rewards with unparseable completions average over every order of the "
-                         f"answers (~4^K pairings) and are limited to K <= {MAX_EXACT_K_UNPARSEABLE}; got K={K}: "
+        raise ValueError(f"exact minimal-pairing rewards with unparseable completions solve every count state "
+                         f"(~K^4/8 transport problems) and are limited to K <= {MAX_EXACT_K_UNPARSEABLE}; got K={K}: "
                          "use method='monte_carlo'")
-    return float(expected_reward_by_states(K, strategy, p=p, relation=relation, unparseable=q, side=side))
+    return _minimal_exact_unparseable(K, float(p), float(q), relation, side)
 
-# %% ../nbs/02_baseline.ipynb #5243711e
+# %% ../nbs/02_baseline.ipynb #2223a5b2
 def appendix_a_table(Ks=APPENDIX_A_KS) -> pd.DataFrame:
     "E[r_i] of the uniform random guesser (p = 1/2, all parseable): one row per (strategy, method), one column per K."
     Ks = [_check_group_size(K) for K in Ks]
@@ -245,7 +259,7 @@ def table_markdown(table: pd.DataFrame, digits: int = 4) -> str:
              "approx: the paper's 1/sqrt(pi K) for minimal pairing, 1/2 for the others.")
     return "\n".join(lines) + "\n\n" + notes + "\n"
 
-# %% ../nbs/02_baseline.ipynb #66f4fcc0
+# %% ../nbs/02_baseline.ipynb #e3b20800
 def plot_appendix_a(K_max: int = 64, K_variants: int = 8, mc_samples: int = 1000, seed: int = 0) -> Figure:
     "Three panels: E[r_i] vs K (the paper's figure), vs the guesser's bias p, and vs the unparseable fraction q."
     K_max, K_variants = _check_group_size(K_max), _check_group_size(K_variants)
@@ -298,7 +312,7 @@ def plot_appendix_a(K_max: int = 64, K_variants: int = 8, mc_samples: int = 1000
     ax_q.legend(fontsize=8, loc="upper right")
     return fig
 
-# %% ../nbs/02_baseline.ipynb #b1c39cd2
+# %% ../nbs/02_baseline.ipynb #d484c847
 def _write_atomically(path: Path, write) -> None:
     "Call write(tmp) on a temporary file next to `path`, then rename it onto `path` (removed again on failure)."
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
