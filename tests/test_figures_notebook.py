@@ -1,7 +1,9 @@
 """nbs/figures.ipynb runs under papermill (as tools/reproduce.sh runs it) and writes readable figures and correct tables.
 
 The notebook is executed once per test session into a temporary folder, from a working directory outside the
-repository (so the notebook's own path resolution is exercised); nothing is written into the repository."""
+repository (so the notebook's own path resolution is exercised), with an empty runs folder: every figure is written,
+every run-based value is drawn as missing, and the comparison with the paper has no user value except the data's
+(Table 1). Nothing is written into the repository."""
 import math
 from pathlib import Path
 
@@ -12,10 +14,17 @@ from PIL import Image
 
 from consistency_amp.baseline import APPENDIX_A_KS, expected_reward
 from consistency_amp.pairing import STRATEGIES
+from consistency_amp.real_frames import REAL_SAMPLES_RELATIVE, real_samples_root
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "nbs" / "figures.ipynb"
 STEM = "pairing_expected_reward"
+FIGURE_STEMS = ("fig1_concept", "fig2_same_task", "fig3_cross_task", "fig4_cross_domain", "fig5_baselines",
+                "fig6_label_noise", "fig7_numeric", "fig8_pairing", STEM, "appendixC_qualitative",
+                "appendixD_synthetic_SUNRGBD", "appendixD_synthetic_KITTI")
+DATA_STEMS = ("fig2_same_task", "fig3_cross_task", "fig4_cross_domain", "fig5_baselines", "fig6_label_noise",
+              "fig7_numeric", "fig8_pairing")
+REAL_SAMPLES = real_samples_root() or next((p for p in [(REPO / REAL_SAMPLES_RELATIVE).resolve()] if p.is_dir()), None)
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +43,52 @@ def test_notebook_is_skipped_by_nbdev_and_parametrised():
     assert nb.cells[0].cell_type == "raw" and "skip_exec: true" in nb.cells[0].source
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and 'out_dir = "../figures"' in tagged[0].source and 'runs_dir = "../runs"' in tagged[0].source
+    for line in ('scale = "mini"', "data_root = None", "real_samples = None"): assert line in tagged[0].source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "nbs/figures.ipynb is stored unexecuted"
 
 
-def test_writes_only_the_appendix_a_files(executed):
+def test_writes_every_figure_and_table(executed):
     out_dir, executed_nb = executed
-    assert sorted(p.name for p in out_dir.iterdir()) == sorted(f"{STEM}.{ext}" for ext in ("csv", "md", "pdf", "png"))
+    expected = {f"{s}.{ext}" for s in FIGURE_STEMS for ext in ("png", "pdf")}
+    expected |= {f"{s}.csv" for s in DATA_STEMS} | {f"{STEM}.{ext}" for ext in ("csv", "md")}
+    expected |= {f"{s}.{ext}" for s in ("paper_comparison", "table1_dataset_statistics") for ext in ("csv", "md")}
+    if REAL_SAMPLES is not None: expected |= {f"appendixD_real_{s}.{ext}" for s in ("SUNRGBD", "KITTI") for ext in ("png", "pdf")}
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(expected)
     assert executed_nb.is_file()
+    for stem in FIGURE_STEMS:
+        with Image.open(out_dir / f"{stem}.png") as im:
+            im.verify()
+        assert (out_dir / f"{stem}.pdf").read_bytes().startswith(b"%PDF-")
+
+
+def test_without_runs_every_drawn_value_is_missing(executed):
+    out_dir, _ = executed
+    for stem in DATA_STEMS:
+        data = pd.read_csv(out_dir / f"{stem}.csv")
+        assert len(data) and data.value.isna().all(), stem
+        assert data.paper.notna().any(), f"{stem}: no paper reference mark"
+
+
+def test_comparison_has_user_values_only_from_the_data(executed):
+    out_dir, _ = executed
+    table = pd.read_csv(out_dir / "paper_comparison.csv", keep_default_na=False)
+    from consistency_amp.paper_figures import paper_numbers
+    assert table.key.tolist() == list(paper_numbers().index)
+    runs_based = ~table.key.str.startswith("table1_")
+    assert (table[runs_based].user == "missing").all() and (table[runs_based].difference == "n/a").all()
+    assert (table[~runs_based].user != "missing").all() and len(table[~runs_based]) == 8
+    md = (out_dir / "paper_comparison.md").read_text()
+    assert "| same_task_7B_consistency | Figure 2 | % | 76.8 | missing | n/a |" in md and "mini scale" in md
+
+
+def test_executed_notebook_reports_what_is_missing(executed):
+    import nbformat
+    _, executed_nb = executed
+    nb = nbformat.read(executed_nb, as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "run registry (mini scale)" in text and "all figures: 0/" in text
+    assert "note: base: no complete run" in text                                  # Appendix C says why it is empty
+    if REAL_SAMPLES is None: assert "Appendix D, real frames: skipped" in text
 
 
 def test_png_and_pdf_are_readable(executed):
