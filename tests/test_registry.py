@@ -204,8 +204,8 @@ def test_cli_status_and_missing_paper(tmp_path):
 # ---------------------------------------------------------------- the mini launcher
 
 def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path):
-    kw = dict(figures="appendix_c", steps=1, max_examples=1)
-    m = manifest("mini", **{k: v for k, v in kw.items() if k != "figures"})
+    small = dict(steps=1, max_examples=1, consistency_samples=0)    # the smallest grid that runs every code path
+    m = manifest("mini", **small)
     todo = missing_runs("mini", tmp_path, manifest_=m, figures="appendix_c")
     assert sorted(s["kind"] for s in todo) == ["base", "train"]
     train = next(s for s in todo if s["kind"] == "train")
@@ -216,7 +216,7 @@ def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path)
     assert status == {train["name"]: "incomplete", "base-tiny": "missing"}
 
     out = io.StringIO()
-    done = launch_missing("mini", tmp_path, figures="appendix_c", steps=1, max_examples=1, progress=False, file=out)
+    done = launch_missing("mini", tmp_path, figures="appendix_c", progress=False, file=out, **small)
     assert [d["ok"] for d in done] == [True, True], out.getvalue() + "".join(
         Path(d.get("log", "/dev/null")).read_text() for d in done if not d["ok"])
     record = read_run(tmp_path / train["name"])
@@ -232,8 +232,12 @@ def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path)
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file() and ".registry-logs" not in p.parts}
     out = io.StringIO()
-    again = launch_missing("mini", tmp_path, figures="appendix_c", steps=1, max_examples=1, progress=False, file=out)
+    again = launch_missing("mini", tmp_path, figures="appendix_c", progress=False, file=out, **small)
     assert again == [] and "nothing to launch" in out.getvalue()
     assert stamps == {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file() and ".registry-logs" not in p.parts}
     st = manifest_status("mini", tmp_path, manifest_=m, figures="appendix_c")
-    assert not st.status.isin(LAUNCHABLE).any()
+    assert list(st.status) == ["complete", "complete"], st.detail
+    assert any(e["task"] == "depth" and e["source"] == "SUNRGBD" for e in ev["examples"])   # Appendix C's records
+    # the same runs serve Figure 3 (the base and the depth run): complete there too, the others missing
+    f3 = manifest_status("mini", tmp_path, manifest_=m, figures="figure_3").set_index("run").status
+    assert f3[[train["name"], "base-tiny"]].tolist() == ["complete", "complete"] and (f3 == "missing").sum() == 7
