@@ -12,7 +12,6 @@ __all__ = ['GUESSER_RELATIONS', 'METHODS', 'SIDES', 'MAX_EXACT_K_UNPARSEABLE', '
 import itertools
 import math
 import numbers
-import os
 import tempfile
 from fractions import Fraction
 from functools import lru_cache
@@ -24,6 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy.stats import binom, norm
 
+from .files import write_atomically
 from .pairing import STRATEGIES, consistency_rewards, pair_rewards_batch
 
 # %% ../nbs/02_baseline.ipynb #57da98e2
@@ -313,18 +313,6 @@ def plot_appendix_a(K_max: int = 64, K_variants: int = 8, mc_samples: int = 1000
     return fig
 
 # %% ../nbs/02_baseline.ipynb #d484c847
-def _write_atomically(path: Path, write) -> None:
-    "Call write(tmp) on a temporary file next to `path`, then rename it onto `path` (removed again on failure)."
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 def write_appendix_a(out_dir, *, Ks=APPENDIX_A_KS, stem: str = "pairing_expected_reward", dpi: int = 200,
                      **plot_kwargs) -> dict[str, Path]:
     "Write the Appendix A figure (png, pdf) and table (csv, md) into `out_dir`; returns {format: path}."
@@ -333,8 +321,8 @@ def write_appendix_a(out_dir, *, Ks=APPENDIX_A_KS, stem: str = "pairing_expected
     table, fig = appendix_a_table(Ks), plot_appendix_a(**plot_kwargs)    # everything computed before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {ext: out_dir / f"{stem}.{ext}" for ext in ("png", "pdf", "csv", "md")}
-    _write_atomically(paths["png"], lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
-    _write_atomically(paths["pdf"], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
-    _write_atomically(paths["csv"], lambda tmp: table.to_csv(tmp, index=False))
-    _write_atomically(paths["md"], lambda tmp: Path(tmp).write_text(table_markdown(table)))
+    write_atomically(paths["png"], lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
+    write_atomically(paths["pdf"], lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None}))
+    write_atomically(paths["csv"], lambda tmp: table.to_csv(tmp, index=False))
+    write_atomically(paths["md"], lambda tmp: Path(tmp).write_text(table_markdown(table)))
     return paths

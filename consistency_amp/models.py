@@ -36,6 +36,7 @@ from transformers import (AutoModelForImageTextToText, AutoProcessor, Generation
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 from trl.chat_template_utils import qwen2_5_vl_chat_template
 
+from .files import cache_dir as default_cache_dir
 from .prompts import MARKER_COLORS, MARKER_PHRASES
 from .tasks import RELATION_PHRASES, TEMPLATES, plural
 from .verifiers import SYSTEM_PROMPT
@@ -195,12 +196,6 @@ def build_tiny_qwen2_5_vl(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     processor.save_pretrained(out_dir)
     return out_dir
 
-def _cache_root() -> Path:
-    if env := os.environ.get("CONSISTENCY_AMP_CACHE"): return Path(env).expanduser()
-    repo = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd().parent
-    if (repo / "settings.ini").exists() and (repo / "consistency_amp").is_dir(): return repo / ".cache"
-    return Path.home() / ".cache" / "consistency_amp"
-
 def tiny_model_key(seed: int = 0) -> str:
     "Hash of everything the tiny model depends on: its cache directory's name."
     recipe = dict(version=TINY_VERSION, text=TINY_TEXT_CONFIG, vision=TINY_VISION_CONFIG, pixels=TINY_IMAGE_PIXELS,
@@ -211,7 +206,7 @@ def tiny_model_key(seed: int = 0) -> str:
 
 def tiny_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -> Path:
     "Directory of the tiny Qwen2.5-VL, built on first use and reused while its recipe is unchanged."
-    root = Path(cache_dir) if cache_dir is not None else _cache_root()
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = root / f"{TINY_MODEL}-{tiny_model_key(seed)}"
     if (path / "config.json").is_file(): return path
     root.mkdir(parents=True, exist_ok=True)

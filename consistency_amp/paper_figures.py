@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from importlib.resources import files
 from pathlib import Path
@@ -18,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from .files import write_atomically
 from .runs import read_run
 from .tasks import BOOLEAN_TASKS, NUMERIC_TASKS
 
@@ -33,7 +33,7 @@ __all__ = ['PAPER_NUMBER_COLUMNS', 'PAPER_UNITS', 'RESULT_COLUMNS', 'SCALES', 'M
            'default_baselines', 'baselines_data', 'baselines_figure', 'label_noise_data', 'label_noise_figure',
            'numeric_data', 'numeric_figure', 'pairing_data', 'pairing_figure', 'pairing_step_times', 'cell_at',
            'extreme', 'magnitude', 'user_values', 'paper_comparison', 'comparison_for_file', 'markdown_table',
-           'comparison_markdown', 'write_atomically', 'save_figure', 'write_comparison']
+           'comparison_markdown', 'save_figure', 'write_comparison']
 
 # %% ../nbs/32_paper_figures.ipynb #43b5580a
 PAPER_NUMBER_COLUMNS = ("key", "value", "unit", "figure", "section", "quote")
@@ -723,20 +723,6 @@ def comparison_markdown(table: pd.DataFrame, title: str = "Paper numbers vs this
             "(their runs do not exist yet). Units: % accuracy, pp percentage points, s seconds per step.\n\n" + markdown_table(shown))
 
 # %% ../nbs/32_paper_figures.ipynb #24b991a4
-def write_atomically(path: Path, write) -> Path:
-    "Call write(tmp) on a temporary file next to `path`, then rename it onto `path` (the temporary file is removed on failure)."
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
 def _out_dir(out_dir) -> Path:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir(): raise ValueError(f"out_dir {str(out_dir)!r} exists and is not a directory")

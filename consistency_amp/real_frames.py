@@ -11,23 +11,19 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from .files import repo_root
 from .geometry import as_array, box_coverage, yaw_rotation, NEAR_PLANE, BOX_EDGES
 from .omni3d import Object3D, Scene
 
 # %% auto #0
-__all__ = ['REAL_SAMPLES_ENV', 'REAL_SAMPLES_RELATIVE', 'KITTI_OCCLUSION_VISIBILITY', 'find_repo_root', 'real_samples_root',
-           'read_kitti_calib', 'read_kitti_label', 'kitti_object', 'kitti_scene', 'nearest_rotation',
-           'read_sunrgbd_calib', 'upright_depth_to_camera', 'read_sunrgbd_label', 'sunrgbd_object', 'sunrgbd_scene',
-           'load_real_samples', 'label_box_coverage', 'draw_scene']
+__all__ = ['REAL_SAMPLES_ENV', 'REAL_SAMPLES_RELATIVE', 'KITTI_OCCLUSION_VISIBILITY', 'real_samples_root', 'read_kitti_calib',
+           'read_kitti_label', 'kitti_object', 'kitti_scene', 'nearest_rotation', 'read_sunrgbd_calib',
+           'upright_depth_to_camera', 'read_sunrgbd_label', 'sunrgbd_object', 'sunrgbd_scene', 'load_real_samples',
+           'label_box_coverage', 'draw_scene']
 
 # %% ../nbs/12_real_frames.ipynb #9dfc4356
 REAL_SAMPLES_ENV = "CONSISTENCY_AMP_REAL_SAMPLES"
 REAL_SAMPLES_RELATIVE = Path("../shared/data/real_samples")  # relative to the repository root
-
-def find_repo_root(start=None) -> Path | None:
-    "The nearest folder at or above `start` (default: the working directory) that holds `settings.ini`."
-    start = Path(start or Path.cwd()).absolute()
-    return next((d for d in (start, *start.parents) if (d / "settings.ini").is_file()), None)
 
 def real_samples_root(root=None) -> Path | None:
     "`root`, else $CONSISTENCY_AMP_REAL_SAMPLES, else <repo root>/../shared/data/real_samples; None if absent."
@@ -38,7 +34,7 @@ def real_samples_root(root=None) -> Path | None:
         path = Path(os.environ[REAL_SAMPLES_ENV])
         if not path.is_dir(): raise FileNotFoundError(f"${REAL_SAMPLES_ENV} points to a missing folder: {path}")
         return path
-    repo = find_repo_root()
+    repo = repo_root(Path.cwd())                   # the checkout the caller works in (tests/test_real_frames.py relies on it)
     path = None if repo is None else (repo / REAL_SAMPLES_RELATIVE).resolve()
     return path if path is not None and path.is_dir() else None
 

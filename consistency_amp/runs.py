@@ -20,16 +20,18 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from .files import repo_root, resolve_path, write_atomically   # runs.repo_root/resolve_path stay importable
+
 # %% auto #0
 __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADAPTER_DIR', 'CHECKPOINTS_DIR', 'EVAL_DIR',
            'ADAPTER_WEIGHTS', 'ADAPTER_CONFIG', 'RUN_KINDS', 'RUN_STATES', 'PARAM_KEYS', 'TRAIN_REQUIRED_KEYS',
            'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'OPERATIONAL_KEYS', 'CHECKPOINT_RE',
-           'TRAINER_STATE_FILE', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'RUN_FILES', 'repo_root',
-           'resolve_path', 'runs_dir', 'utc_now', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl',
-           'truncate_train_log', 'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag',
-           'run_name', 'run_path', 'write_status', 'create_run', 'checkpoints', 'checkpoint_step', 'last_checkpoint',
-           'is_step_log', 'train_log_record', 'TrainLogWriter', 'run_callback_class', 'run_callback', 'RunRecord',
-           'read_run', 'list_runs']
+           'TRAINER_STATE_FILE', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'RUN_FILES', 'runs_dir',
+           'utc_now', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl', 'truncate_train_log',
+           'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag', 'run_name', 'run_path',
+           'write_status', 'create_run', 'checkpoints', 'checkpoint_step', 'last_checkpoint', 'is_step_log',
+           'train_log_record', 'TrainLogWriter', 'run_callback_class', 'run_callback', 'RunRecord', 'read_run',
+           'list_runs']
 
 # %% ../nbs/22_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -47,19 +49,6 @@ METADATA_KEYS = ("versions", "git_commit", "git_dirty", "created_at", "resumed_a
 RUNS_ENV = "CONSISTENCY_AMP_RUNS"
 
 # %% ../nbs/22_runs.ipynb #fae2958b
-def repo_root() -> Path | None:
-    "The repository checkout holding this package (the folder with settings.ini and consistency_amp/), or None."
-    import consistency_amp
-    for folder in Path(consistency_amp.__file__).resolve().parents:
-        if (folder / "settings.ini").is_file() and (folder / "consistency_amp").is_dir(): return folder
-    return None
-
-def resolve_path(path: str | os.PathLike) -> Path:
-    "An absolute path; a relative one is taken from the repository root (from the working directory outside a checkout)."
-    path = Path(path).expanduser()
-    if path.is_absolute(): return path
-    return ((repo_root() or Path.cwd()) / path).absolute()
-
 def runs_dir(path: str | os.PathLike | None = None) -> Path:
     "The folder of all runs: `path`, else `$CONSISTENCY_AMP_RUNS`, else `<repo>/runs` (`./runs` outside a checkout)."
     if path is None: path = os.environ.get(RUNS_ENV) or "runs"
@@ -82,22 +71,9 @@ def jsonable(value):
 def write_json(path: str | os.PathLike, obj, overwrite: bool = True) -> Path:
     "Write `obj` as JSON to `path` atomically (temporary file + rename); with `overwrite=False`, fail if `path` exists."
     path = Path(path)
-    if not overwrite and path.exists(): raise FileExistsError(f"{path} already exists; refusing to overwrite it")
+    text = json.dumps(jsonable(obj), indent=1, allow_nan=False) + "\n"    # fails before anything is written
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(jsonable(obj), f, indent=1, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        if overwrite: os.replace(tmp, path)
-        else:
-            try: os.link(tmp, path)                          # atomic, and fails if another writer got there first
-            except FileExistsError: raise FileExistsError(f"{path} already exists; refusing to overwrite it") from None
-    finally:
-        if os.path.exists(tmp): os.unlink(tmp)
-    return path
+    return write_atomically(path, lambda tmp: Path(tmp).write_text(text), overwrite=overwrite)
 
 def read_json(path: str | os.PathLike):
     "The JSON in `path`; ValueError naming the file if it is not valid JSON."
@@ -134,9 +110,7 @@ def truncate_train_log(run_dir: str | os.PathLike, last_step: int) -> int:
     if not path.exists(): return 0
     records, _ = read_jsonl(path)
     kept = [r for r in records if isinstance(r.get("step"), int) and r["step"] <= last_step]
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f: f.writelines(json.dumps(r) + "\n" for r in kept)
-    os.replace(tmp, path)
+    write_atomically(path, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in kept)))
     return len(records) - len(kept)
 
 # %% ../nbs/22_runs.ipynb #e3a87b23

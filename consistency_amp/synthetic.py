@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from .files import cache_dir   # synthetic.cache_dir stays importable
 from .geometry import (NEAR_PLANE, box_corners, box_intersection, box_iou, box_coverage,
                                       project_box, truncation_fraction, yaw_rotation)
 from .omni3d import OMNI3D_SPLITS, Object3D, Scene, write_omni3d
@@ -23,7 +24,7 @@ __all__ = ['INDOOR_CLASSES', 'OUTDOOR_CLASSES', 'SOURCES', 'SOURCE_ALIASES', 'MA
            'pitch_rotation', 'scaled_size', 'sample_intrinsics', 'footprints_overlap', 'footprint', 'Backdrop',
            'SyntheticScene', 'generate_scene', 'may_hide', 'paint_order', 'fog', 'face_colors', 'draw_backdrop',
            'Rendering', 'render_scene', 'annotate', 'image_rng', 'generate_image', 'png_bytes', 'SyntheticConfig',
-           'image_id_for', 'make_synthetic_world', 'world_info', 'world_digest', 'cache_dir', 'default_world']
+           'image_id_for', 'make_synthetic_world', 'world_info', 'world_digest', 'default_world']
 
 # %% ../nbs/13_synthetic.ipynb #14bbe41f
 @dataclass(frozen=True)
@@ -555,13 +556,6 @@ def world_digest(root) -> str:
     return h.hexdigest()
 
 # %% ../nbs/13_synthetic.ipynb #4a30f08d
-def cache_dir() -> Path:
-    "Where built artefacts are cached: `$CONSISTENCY_AMP_CACHE`, the repository's `.cache/`, or `~/.cache/consistency_amp`."
-    if os.environ.get("CONSISTENCY_AMP_CACHE"): return Path(os.environ["CONSISTENCY_AMP_CACHE"])
-    repo = Path(__file__).resolve().parent.parent
-    if (repo / "settings.ini").is_file() and (repo / "consistency_amp").is_dir(): return repo / ".cache"
-    return Path.home() / ".cache" / "consistency_amp"
-
 def default_world(config: SyntheticConfig | None = None, cache: str | Path | None = None) -> Path:
     "Root of the world of `config` (default: `SyntheticConfig()`) under `cache` (default `cache_dir()`), built if missing."
     config = config or SyntheticConfig()
