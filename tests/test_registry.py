@@ -185,6 +185,16 @@ def test_print_mode_one_command_per_missing_run(tmp_path, launcher):
     assert not any(tmp_path.iterdir())                              # printing writes nothing
 
 
+def test_print_mode_mini_uses_the_python_entry(tmp_path):
+    out = io.StringIO()
+    printed = launch_missing("mini", tmp_path, "print", figures="figure_7", file=out)
+    commands = [l for l in out.getvalue().splitlines() if l and not l.startswith("#")]
+    assert len(commands) == len(printed) == 5                       # four numeric runs and the base model
+    trains = [c for c in commands if c.startswith("python -m consistency_amp.train ")]
+    assert len(trains) == 4 and all("--data_root" not in c and "--scale mini" in c for c in trains)
+    assert not any(tmp_path.iterdir())
+
+
 def test_cli_status_and_missing_paper(tmp_path):
     env = dict(os.environ, CONSISTENCY_AMP_RUNS=str(tmp_path))
     run = lambda *a: subprocess.run([sys.executable, "-m", "consistency_amp.registry", *a], capture_output=True,
