@@ -3,4 +3,3 @@ if [ -z "${VIRTUAL_ENV:-}" ] && [ -z "${CONDA_PREFIX:-}" ] && [ -f .venv/bin/act
   # shellcheck disable=SC1091
   . .venv/bin/activate
 fi
-export MPLBACKEND=Agg

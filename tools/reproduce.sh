@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# The project's main job: set up, then regenerate the paper's figures and tables into figures/ from stored results.
+# The project's main job: set up, train and evaluate the runs every paper figure needs, then regenerate the paper's
+# figures and tables into figures/ from the stored results.
 #
-#   bash tools/reproduce.sh
+#   bash tools/reproduce.sh                 # the "mini" grid: tiny offline model, synthetic world, CPU, ~5-20 min
+#   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
+#                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
+# * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.
 # * Executes nbs/figures.ipynb with papermill; the executed copy goes to runs/figures/figures-<timestamp>.ipynb
 #   (executed notebooks never land under nbs/), the figures and tables to figures/.
-# * Prints every file it wrote. Later stages (training, evaluation) will be added before the figures step.
+# * Prints every file it wrote.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd -P)"
 bash tools/setup.sh
 # shellcheck disable=SC1091
 . tools/env.sh
+
+scale="${SCALE:-mini}"
+if [ "$scale" = "mini" ]; then
+  echo "reproduce: training and evaluating the missing runs of the mini grid (logs in runs/.registry-logs/)"
+  python -m consistency_amp.registry launch --scale mini --runs-dir "$repo/runs"
+else
+  echo "reproduce: the missing $scale-scale runs; run these on your cluster, then run this script again"
+  python -m consistency_amp.registry launch --scale "$scale" --runs-dir "$repo/runs" --print ${OMNI3D_ROOT:+--data-root "$OMNI3D_ROOT"}
+fi
 
 stamp="$(date +%Y%m%d-%H%M%S)"
 mkdir -p runs/figures figures
@@ -22,7 +35,7 @@ trap 'rm -f "$started"' EXIT
 
 echo "reproduce: executing nbs/figures.ipynb -> $executed"
 papermill -k python3 --cwd "$repo/nbs" nbs/figures.ipynb "$executed" \
-  -p out_dir "$repo/figures" -p runs_dir "$repo/runs"
+  -p out_dir "$repo/figures" -p runs_dir "$repo/runs" -p scale "$scale"
 
 echo "reproduce: executed notebook $repo/$executed"
 echo "reproduce: wrote"
