@@ -1,0 +1,361 @@
+"""OT-GRPO training-step time of the Qwen2.5-VL-3B / -7B architectures (random weights): minimal vs random pairing.
+
+usage: python benchmarks/bench_step_time.py --arch 7B                     # one GPU, the paper's per-device load
+       torchrun --nproc_per_node 8 benchmarks/bench_step_time.py --arch 7B # 8 GPUs (the paper: 8 H100)
+       python benchmarks/bench_step_time.py --arch tiny --device cpu --steps 2 --warmup 1 \\
+           --completion-length 16 --pairs-per-device 1 --K 2                # CPU smoke test (< 1.5 min)
+
+Runs the project's training path (`consistency_amp.train.trainer_config` -> `OTGRPOConfig`, `OTGRPOTrainer`, the
+train split of `build_task_splits(default_world(), ...)`, LoRA r=32/alpha=64 on the language model only, frozen
+vision tower, bf16 and gradient checkpointing on a GPU) on a model built from the released checkpoints'
+architecture with random weights (nothing is downloaded; the tiny model's tokenizer and processor, with the
+released vocabulary size in the model and the released image resolution limits). The pairings are interleaved in one run, in ABBA order
+after `--warmup` excluded steps, so drift (clocks, caches, allocator) hits both alike. Each completion is exactly
+`--completion-length` tokens (`min_new_tokens` = `max_new_tokens`: EOS is masked until the last token). Prints
+seconds per step for each pairing, the ratio minimal / random, a breakdown of the step and the pairing time alone.
+"""
+import argparse, json, math, os, platform, statistics, sys, tempfile, time
+from contextlib import contextmanager
+from pathlib import Path
+
+import warnings
+
+import numpy as np
+import torch
+
+warnings.filterwarnings("ignore", category=FutureWarning)   # transformers 5's renamed-argument notices
+
+# Architectures of the released checkpoints: config.json of Qwen/Qwen2.5-VL-3B-Instruct and Qwen/Qwen2.5-VL-7B-Instruct
+# on the Hugging Face Hub (not reachable here; values read from copies found by code search):
+# * 3B: a model-card dump of its config.json ("# Qwen/Qwen2.5-VL-3B-Instruct ## model config"): hidden_size 2048,
+#   intermediate_size 11008, num_hidden_layers 36, num_attention_heads 16, num_key_value_heads 2, vocab_size 151936,
+#   tie_word_embeddings true, rope_theta 1e6, rope_scaling {"type": "mrope", "mrope_section": [16, 24, 24]},
+#   max_position_embeddings 128000, rms_norm_eps 1e-6; vision_config out_hidden_size 2048 and the shared values below.
+# * 7B: its config.json (transformers 4.53.1 export) as quoted by loaders that rebuild Qwen2_5_VLConfig from it and by
+#   TensorRT-LLM's Qwen2.5-VL test config: hidden_size 3584, intermediate_size 18944, num_hidden_layers 28,
+#   num_attention_heads 28, num_key_value_heads 4, vocab_size 152064, tie_word_embeddings false, rope_theta 1e6,
+#   mrope_section [16, 24, 24]; vision_config out_hidden_size 3584.
+# * Both vision towers (same ViT): depth 32, hidden_size 1280, intermediate_size 3420, num_heads 16, patch_size 14,
+#   spatial_merge_size 2, temporal_patch_size 2, window_size 112, fullatt_block_indexes [7, 15, 23, 31],
+#   tokens_per_second 2, hidden_act silu.
+# Printed module trees of the models agree (7B: Embedding(152064, 3584), k_proj 3584->512, merger 5120->3584; 3B:
+# k_proj 2048->256, merger 5120->2048), and the parameter counts these give on the meta device equal the totals the
+# Hub lists for the released safetensors (RELEASED_PARAMETERS; tests/test_bench_step_time.py checks them).
+_ROPE = {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]}
+_VISION = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, patch_size=14, spatial_merge_size=2,
+               temporal_patch_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31], tokens_per_second=2,
+               hidden_act="silu")
+ARCHITECTURES = {
+    "3B": dict(text=dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=128000, rms_norm_eps=1e-6,
+                         hidden_act="silu", rope_parameters=_ROPE),
+               vision=dict(_VISION, out_hidden_size=2048), tie_word_embeddings=True),
+    "7B": dict(text=dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                         num_key_value_heads=4, vocab_size=152064, max_position_embeddings=128000, rms_norm_eps=1e-6,
+                         hidden_act="silu", rope_parameters=_ROPE),
+               vision=dict(_VISION, out_hidden_size=3584), tie_word_embeddings=False),
+}
+RELEASED_PARAMETERS = {"3B": 3_754_622_976, "7B": 8_292_166_656}   # total parameters of the released checkpoints
+# Image preprocessing of the released checkpoints (preprocessor_config.json: min_pixels 3136, max_pixels 12845056):
+# a 640 x 480 image becomes 644 x 476 pixels = 46 x 34 patches = 391 visual tokens after the 2 x 2 merge.
+RELEASED_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}
+PAPER_SECONDS = {"minimal": 23.2, "random": 22.9, "one_to_all": 23.1}   # Section 5.2, 7B, 8 H100, 4 pairs x K=8/device
+SECTIONS = ("generate", "rewards", "consistency", "pairing", "prepare_other", "loss_backward", "other")
+
+
+def model_config(arch: str, tokenizer):
+    "`Qwen2_5_VLConfig` of `arch` ('3B', '7B' or 'tiny') whose special-token ids are those of `tokenizer`."
+    from transformers import Qwen2_5_VLConfig
+    from consistency_amp.models import QWEN2_5_VL_SPECIAL_TOKENS, tiny_qwen2_5_vl_config
+    if arch == "tiny": return tiny_qwen2_5_vl_config(tokenizer)
+    if arch not in ARCHITECTURES: raise ValueError(f"--arch must be one of 3B, 7B, tiny; got {arch!r}")
+    spec = ARCHITECTURES[arch]
+    ids = dict(zip(QWEN2_5_VL_SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(list(QWEN2_5_VL_SPECIAL_TOKENS))))
+    # The released vocabulary size (embedding and lm_head cost) with the tiny tokenizer's ids: fine for timing.
+    text = dict(spec["text"], bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+                pad_token_id=ids["<|endoftext|>"])
+    return Qwen2_5_VLConfig(text_config=text, vision_config=dict(spec["vision"]),
+                            tie_word_embeddings=spec["tie_word_embeddings"], image_token_id=ids["<|image_pad|>"],
+                            video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+                            vision_end_token_id=ids["<|vision_end|>"])
+
+
+def build_model(config, device, dtype):
+    "A `Qwen2_5_VLForConditionalGeneration` of `config` with random weights, made directly on `device` in `dtype`."
+    from transformers import Qwen2_5_VLForConditionalGeneration
+    with torch.device(device):
+        return Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=dtype)
+
+
+def parameter_count(arch: str, tokenizer=None) -> int:
+    "Total parameters of `arch` (tied embeddings once), counted on the meta device: no memory is allocated."
+    from consistency_amp.models import load_processor, TINY_MODEL
+    tokenizer = tokenizer or load_processor(TINY_MODEL).tokenizer
+    model = build_model(model_config(arch, tokenizer), "meta", torch.bfloat16)
+    return sum(p.numel() for p in model.parameters())
+
+
+def pairing_schedule(pairings, warmup: int, steps: int) -> list[str]:
+    "Pairing of every optimizer step: `warmup` steps cycling, then `steps` rounds in ABBA order (A B, B A, A B, ...)."
+    if not pairings: raise ValueError("--pairings needs at least one pairing")
+    out = [pairings[s % len(pairings)] for s in range(warmup)]
+    for r in range(steps): out += list(pairings) if r % 2 == 0 else list(reversed(pairings))
+    return out
+
+
+class Sections:
+    "Wall-clock seconds per named section of the current step (CUDA synchronised at both ends on a GPU)."
+    def __init__(self, device):
+        self.cuda, self.current = torch.device(device).type == "cuda", {}
+
+    def sync(self):
+        if self.cuda: torch.cuda.synchronize()
+
+    @contextmanager
+    def __call__(self, name):
+        self.sync(); t0 = time.perf_counter()
+        try: yield
+        finally:
+            self.sync(); self.current[name] = self.current.get(name, 0.0) + time.perf_counter() - t0
+
+    def take(self) -> dict:
+        out, self.current = self.current, {}
+        return out
+
+
+def scripted_text(answer_type: str, rng: np.random.Generator) -> str:
+    "A well-formed completion with a random answer: rewards and pairing see realistic answer matrices."
+    answer = (("True", "False")[rng.integers(2)] if answer_type == "boolean"
+              else f"{rng.integers(0, 10)}" if rng.random() < 0.5 else f"{rng.uniform(0.5, 15):.1f}")
+    return f"<think> scripted reasoning </think><answer>{answer}</answer>"
+
+
+def timed_trainer_class():
+    from transformers import TrainerCallback
+    import consistency_amp.pairing as pairing_module
+    import consistency_amp.trainer as trainer_module
+    from consistency_amp.trainer import OTGRPOTrainer
+
+    class TimedOTGRPOTrainer(OTGRPOTrainer):
+        "OTGRPOTrainer with its phases timed; optionally scores scripted answers instead of the random model's text."
+        def setup_timing(self, sections, scripted: bool, seed: int):
+            self.sections, self.scripted, self.answer_rng = sections, scripted, np.random.default_rng(seed)
+
+        def _generate_and_score_completions(self, inputs):
+            with self.sections("prepare"): return super()._generate_and_score_completions(inputs)
+
+        def _generate(self, prompts):
+            with self.sections("generate"): return super()._generate(prompts)
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            if self.scripted:   # random weights write no answers; the generated tokens still cost what they cost
+                completions = [[{"role": "assistant", "content": scripted_text(row["answer_type"], self.answer_rng)}]
+                               for row in inputs]
+            with self.sections("rewards"):
+                return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+        def training_step(self, *args, **kwargs):
+            with self.sections("training_step"): return super().training_step(*args, **kwargs)
+
+    class StepClock(TrainerCallback):
+        "Sets each step's pairing, and records the wall time between consecutive step ends (data loading included)."
+        def __init__(self, trainer, schedule, sections):
+            self.trainer, self.schedule, self.sections, self.records, self.last = trainer, schedule, sections, [], None
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.sections.sync(); self.last = time.perf_counter(); self.sections.take()
+
+        def on_step_begin(self, args, state, control, **kw):
+            args.pairing = self.schedule[state.global_step]
+
+        def on_step_end(self, args, state, control, **kw):
+            self.sections.sync(); now = time.perf_counter()
+            self.records.append(dict(step=state.global_step, pairing=args.pairing, seconds=now - self.last,
+                                     sections=self.sections.take()))
+            self.last = now
+
+    @contextmanager
+    def timed_pairing(sections):
+        "Time the consistency reward (parse + verifier matrix + pairing) and the pairing solver (`pair_rewards`) alone."
+        reward, solver = trainer_module.paired_consistency_rewards, pairing_module.pair_rewards
+        def timed_reward(*a, **k):
+            with sections("consistency"): return reward(*a, **k)
+        def timed_solver(*a, **k):
+            with sections("pairing"): return solver(*a, **k)
+        trainer_module.paired_consistency_rewards, pairing_module.pair_rewards = timed_reward, timed_solver
+        try: yield
+        finally: trainer_module.paired_consistency_rewards, pairing_module.pair_rewards = reward, solver
+
+    return TimedOTGRPOTrainer, StepClock, timed_pairing
+
+
+def breakdown(record: dict) -> dict:
+    "A step's seconds split into disjoint parts (generate, rewards, other prepare, loss + backward, the rest)."
+    t = dict.fromkeys(("prepare", "training_step", "generate", "rewards", "consistency", "pairing"), 0.0)
+    t.update(record["sections"])
+    return dict(generate=t["generate"], rewards=t["rewards"], consistency=t["consistency"], pairing=t["pairing"],
+                prepare_other=t["prepare"] - t["generate"] - t["rewards"], loss_backward=t["training_step"] - t["prepare"],
+                other=record["seconds"] - t["training_step"])
+
+
+def summarise(records, warmup: int) -> dict:
+    "Per pairing: steps, mean / median / stdev seconds per step and the mean of each breakdown part (warm-up excluded)."
+    out = {}
+    for r in records[warmup:]:
+        out.setdefault(r["pairing"], []).append(r)
+    summary = {}
+    for pairing, rs in out.items():
+        seconds = [r["seconds"] for r in rs]
+        parts = [breakdown(r) for r in rs]
+        summary[pairing] = dict(steps=len(rs), mean_s=statistics.fmean(seconds), median_s=statistics.median(seconds),
+                                stdev_s=statistics.stdev(seconds) if len(seconds) > 1 else 0.0,
+                                **{f"{k}_s": statistics.fmean(p[k] for p in parts) for k in SECTIONS})
+    return summary
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--arch", default="7B", choices=("3B", "7B", "tiny"))
+    ap.add_argument("--pairs-per-device", type=int, default=4, help="prompt pairs (x, x') per device and step")
+    ap.add_argument("--K", type=int, default=8, help="completions per prompt (group size)")
+    ap.add_argument("--completion-length", type=int, default=256, help="exact new tokens per completion")
+    ap.add_argument("--steps", type=int, default=6, help="measured steps per pairing")
+    ap.add_argument("--warmup", type=int, default=2, help="steps run first and excluded")
+    ap.add_argument("--pairings", default="minimal,random", help="comma-separated: minimal, random, one_to_all")
+    ap.add_argument("--device", default=None, help="default: this process's GPU (LOCAL_RANK), else the CPU")
+    ap.add_argument("--task", default="depth", help="task of the training examples (the paper's ablation: SUN RGB-D)")
+    ap.add_argument("--source", default="SUNRGBD")
+    ap.add_argument("--answers", default="scripted", choices=("scripted", "model"),
+                    help="what rewards and pairing score: scripted random answers, or the random model's text "
+                         "(unparseable: pairing then has nothing to match)")
+    ap.add_argument("--max-pixels", type=int, default=None,
+                    help="image processor's longest_edge in pixels; default: the released 12845056 for 3B/7B "
+                         "(a 640x480 image -> 391 visual tokens), the tiny model's for tiny")
+    ap.add_argument("--gradient-checkpointing", default=None, choices=("true", "false"),
+                    help="default: on a GPU yes (as consistency_amp.train), on the CPU no")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None, help="write the measured figures here")
+    args = ap.parse_args(argv)
+    args.pairings = [p.strip() for p in args.pairings.split(",") if p.strip()]
+    from consistency_amp.pairing import STRATEGIES
+    if bad := [p for p in args.pairings if p not in STRATEGIES]:
+        ap.error(f"--pairings: unknown {bad}; choose from {', '.join(STRATEGIES)}")
+    if len(set(args.pairings)) != len(args.pairings): ap.error(f"--pairings repeats a pairing: {args.pairings}")
+    for name in ("pairs_per_device", "completion_length", "steps"):
+        if getattr(args, name) < 1: ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.K < 2: ap.error("--K must be >= 2")
+    if args.warmup < 0: ap.error("--warmup must be >= 0")
+    return args
+
+
+def run(args) -> dict:
+    from peft import get_peft_model
+    from transformers import GenerationConfig, PrinterCallback, set_seed
+    from consistency_amp.models import (TINY_MODEL, check_lora_placement, count_parameters, freeze_vision_tower,
+                                        load_processor, lora_config, resolve_device, resolve_dtype)
+    from consistency_amp.train import TrainParams, train_examples, trainer_config, world_size
+
+    device = resolve_device(args.device)
+    dtype = resolve_dtype("auto", device)   # bf16 on a GPU, fp32 on the CPU
+    processor = load_processor(TINY_MODEL)
+    tokenizer = processor.tokenizer
+    if args.max_pixels is not None or args.arch != "tiny":
+        processor.image_processor.size = dict(RELEASED_PIXELS, **({"longest_edge": args.max_pixels}
+                                                                   if args.max_pixels is not None else {}))
+    schedule = pairing_schedule(args.pairings, args.warmup, args.steps)
+    gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
+    params = TrainParams(task=args.task, source=args.source, pairing=schedule[0], model=f"random-qwen2.5-vl-{args.arch}",
+                         steps=len(schedule), num_generations=args.K, pairs_per_device=args.pairs_per_device,
+                         max_completion_length=args.completion_length, seed=args.seed, save_steps=0,
+                         gradient_checkpointing=gc if device.type == "cuda" else bool(gc),
+                         trainer_args={"generation_kwargs": {"min_new_tokens": args.completion_length},
+                                       "disable_tqdm": True, "use_cpu": device.type != "cuda",
+                                       "bf16": dtype == torch.bfloat16})
+    examples = train_examples(params)
+    main = int(os.environ.get("RANK", "0")) == 0
+    say = print if main else (lambda *a, **k: None)
+
+    with tempfile.TemporaryDirectory(prefix="bench_step_time-") as tmp:
+        config = trainer_config(params, tmp)
+        set_seed(args.seed)
+        t0 = time.perf_counter()
+        model = build_model(model_config(args.arch, tokenizer), device, dtype)
+        model.generation_config = GenerationConfig(
+            bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")])
+        freeze_vision_tower(model)
+        model = get_peft_model(model, lora_config())
+        check_lora_placement(model)
+        counts = count_parameters(model)
+        build_s = time.perf_counter() - t0
+        TimedTrainer, StepClock, timed_pairing = timed_trainer_class()
+        sections = Sections(device)
+        trainer = TimedTrainer(model, config, examples, processing_class=processor)
+        trainer.setup_timing(sections, args.answers == "scripted", args.seed)
+        clock = StepClock(trainer, schedule, sections)
+        trainer.add_callback(clock)
+        trainer.remove_callback(PrinterCallback)   # one dict per step; the figures come at the end
+        say(f"{args.arch}: {counts['total']:,} parameters ({counts['lora_trainable'] / 1e6:.1f}M LoRA "
+            f"trainable), built in {build_s:.1f} s on {device} ({dtype}); {world_size()} process(es), per device "
+            f"{args.pairs_per_device} pairs x 2 prompts x K={args.K} = {config.per_device_train_batch_size} "
+            f"completions of {args.completion_length} tokens; {len(examples)} {args.task}/{args.source} examples; "
+            f"steps: {args.warmup} warm-up + {args.steps} x {args.pairings}", flush=True)
+        if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
+        with timed_pairing(sections):
+            trainer.train()
+        lengths = [(h["completions/min_length"], h["completions/max_length"]) for h in trainer.state.log_history
+                   if "completions/min_length" in h]
+
+    summary = summarise(clock.records, args.warmup)
+    result = dict(arch=args.arch, device=str(device), device_name=torch.cuda.get_device_name(device)
+                  if device.type == "cuda" else platform.processor() or platform.machine(),
+                  world_size=world_size(), dtype=str(dtype).removeprefix("torch."),
+                  gradient_checkpointing=bool(config.gradient_checkpointing),
+                  pairs_per_device=args.pairs_per_device, K=args.K,
+                  completions_per_device=config.per_device_train_batch_size, completion_length=args.completion_length,
+                  completion_lengths_seen=[min(l for l, _ in lengths), max(h for _, h in lengths)] if lengths else None,
+                  answers=args.answers, task=args.task, source=args.source, warmup=args.warmup, steps=args.steps,
+                  parameters=counts, peak_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30
+                  if device.type == "cuda" else None,
+                  steps_record=clock.records, pairings=summary)
+    if "minimal" in summary and "random" in summary:
+        result["ratio_minimal_over_random"] = summary["minimal"]["mean_s"] / summary["random"]["mean_s"]
+    return result
+
+
+def report(result: dict) -> str:
+    s = result["pairings"]
+    lines = [f"{'pairing':<11}{'steps':>6}{'s/step':>10}{'median':>9}{'stdev':>8}{'generate':>10}{'rewards':>9}"
+             f"{'other prep':>11}{'loss+bwd':>10}{'rest':>8}{'consist.':>10}{'pairing':>11}"]
+    for name, r in s.items():
+        lines.append(f"{name:<11}{r['steps']:>6}{r['mean_s']:>10.3f}{r['median_s']:>9.3f}{r['stdev_s']:>8.3f}"
+                     f"{r['generate_s']:>10.3f}{r['rewards_s']:>9.3f}{r['prepare_other_s']:>11.3f}"
+                     f"{r['loss_backward_s']:>10.3f}{r['other_s']:>8.3f}{r['consistency_s'] * 1e3:>8.2f}ms"
+                     f"{r['pairing_s'] * 1e3:>9.2f}ms")
+    if "ratio_minimal_over_random" in result:
+        ratio = result["ratio_minimal_over_random"]
+        lines.append(f"minimal / random = {ratio:.4f} ({(ratio - 1) * 100:+.2f}% overhead); paper (7B, 8 H100, "
+                     f"4 pairs x K=8 per device): {PAPER_SECONDS['minimal']} / {PAPER_SECONDS['random']} s = "
+                     f"{PAPER_SECONDS['minimal'] / PAPER_SECONDS['random']:.4f}")
+    seen = result["completion_lengths_seen"]
+    lines.append(f"completion lengths seen: {seen} (asked {result['completion_length']}); pairing = pair_rewards "
+                 f"solver alone, consist. = parse + verifier matrix + pairing, per step, on the gathered batch")
+    if result["peak_memory_gib"] is not None: lines.append(f"peak GPU memory: {result['peak_memory_gib']:.1f} GiB")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    result = run(args)
+    if int(os.environ.get("RANK", "0")) != 0: return result
+    print(report(result), flush=True)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        print(f"figures written to {args.json}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""benchmarks/bench_step_time.py: the CPU smoke run times both pairings in one run and writes their ratio; the 3B and
+7B architectures it builds have the released checkpoints' parameter counts (on the meta device: no memory)."""
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "bench_step_time.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_step_time", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench(): return load_bench()
+
+
+def run_bench(tmp_path, *args, timeout=300):
+    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"))   # nothing written into the repository
+    out = tmp_path / "figures.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args, "--json", str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_cpu_smoke_times_both_pairings(tmp_path):
+    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "2", "--warmup", "1",
+                               "--completion-length", "16", "--pairs-per-device", "1", "--K", "2")
+    rows = {line.split()[0]: line.split() for line in stdout.splitlines()
+            if line.split()[:1] in (["minimal"], ["random"]) and line.split()[1].isdigit()}   # the table's rows
+    assert set(rows) == {"minimal", "random"} and all(r[1] == "2" for r in rows.values()), stdout
+    assert "minimal / random = " in stdout
+    # 1 warm-up step, then ABBA: minimal, random, random, minimal
+    assert [r["pairing"] for r in result["steps_record"]] == ["minimal", "minimal", "random", "random", "minimal"]
+    s = result["pairings"]
+    assert set(s) == {"minimal", "random"} and s["minimal"]["steps"] == s["random"]["steps"] == 2
+    test_ratio = s["minimal"]["mean_s"] / s["random"]["mean_s"]
+    assert math.isclose(result["ratio_minimal_over_random"], test_ratio) and test_ratio > 0
+    assert result["completion_lengths_seen"] == [16, 16]           # EOS masked: exactly the asked length
+    assert result["completions_per_device"] == 2 * 1 * 2
+    for r in s.values():   # the breakdown is a partition of the step (pairing inside consistency inside rewards)
+        parts = r["generate_s"] + r["rewards_s"] + r["prepare_other_s"] + r["loss_backward_s"] + r["other_s"]
+        assert math.isclose(parts, r["mean_s"], rel_tol=1e-9)
+        assert 0 < r["pairing_s"] <= r["consistency_s"] <= r["rewards_s"] and r["generate_s"] > 0
+
+
+@pytest.mark.parametrize("arch, hub_total", [("3B", 3.75e9), ("7B", 8.29e9)])
+def test_architectures_have_released_parameter_counts(bench, arch, hub_total):
+    total = bench.parameter_count(arch)
+    assert abs(total / hub_total - 1) < 0.005, (arch, total)
+    assert total == bench.RELEASED_PARAMETERS[arch]
+
+
+def test_architecture_shapes(bench):
+    from consistency_amp.models import TINY_MODEL, load_processor
+    tok = load_processor(TINY_MODEL).tokenizer
+    for arch, hidden, vocab, tied in (("3B", 2048, 151936, True), ("7B", 3584, 152064, False)):
+        model = bench.build_model(bench.model_config(arch, tok), "meta", torch.bfloat16)
+        assert model.lm_head.weight.shape == (vocab, hidden)
+        assert (model.lm_head.weight is model.get_input_embeddings().weight) == tied
+        assert model.config.image_token_id == tok.convert_tokens_to_ids("<|image_pad|>")  # the processor's ids
+        assert model.model.visual.merger.mlp[-1].out_features == hidden
+
+
+def test_pairing_schedule_is_abba_after_warmup(bench):
+    test = bench.pairing_schedule(["minimal", "random"], 3, 3)
+    assert test == ["minimal", "random", "minimal"] + ["minimal", "random", "random", "minimal", "minimal", "random"]
+    with pytest.raises(ValueError, match="pairings"): bench.pairing_schedule([], 1, 1)
+
+
+def test_bad_options_name_the_option(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--pairings", "minimal,best"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--pairings" in proc.stderr and "best" in proc.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_3b_runs(tmp_path):
+    if not torch.cuda.is_available(): pytest.skip("needs a CUDA device")
+    _, result = run_bench(tmp_path, "--arch", "3B", "--steps", "1", "--warmup", "1", "--completion-length", "32",
+                          timeout=1800)
+    assert result["dtype"] == "bfloat16" and result["completion_lengths_seen"] == [32, 32]
