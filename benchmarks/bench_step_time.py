@@ -80,11 +80,12 @@ def model_config(arch: str, tokenizer):
                             vision_end_token_id=ids["<|vision_end|>"])
 
 
-def build_model(config, device, dtype):
+def build_model(config, device, dtype, attn_implementation: str = "sdpa"):
     "A `Qwen2_5_VLForConditionalGeneration` of `config` with random weights, made directly on `device` in `dtype`."
     from transformers import Qwen2_5_VLForConditionalGeneration
     with torch.device(device):
-        return Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=dtype)
+        return Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=dtype,
+                                                               attn_implementation=attn_implementation)
 
 
 def parameter_count(arch: str, tokenizer=None) -> int:
@@ -234,6 +235,10 @@ def parse_args(argv=None):
                          "(a 640x480 image -> 391 visual tokens), the tiny model's for tiny")
     ap.add_argument("--gradient-checkpointing", default=None, choices=("true", "false"),
                     help="default: on a GPU yes (as consistency_amp.train), on the CPU no")
+    ap.add_argument("--attn-implementation", default="sdpa",
+                    help="attention kernels of the model: sdpa, eager, or flash_attention_2 (if installed)")
+    ap.add_argument("--trainer-args", type=json.loads, default=None,
+                    help="further OTGRPOConfig fields as JSON, e.g. '{\"gradient_accumulation_steps\": 2}'")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write the measured figures here")
     args = ap.parse_args(argv)
@@ -245,6 +250,8 @@ def parse_args(argv=None):
     for name in ("pairs_per_device", "completion_length", "steps"):
         if getattr(args, name) < 1: ap.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.K < 2: ap.error("--K must be >= 2")
+    if args.trainer_args is not None and not isinstance(args.trainer_args, dict):
+        ap.error(f"--trainer-args must be a JSON object; got {args.trainer_args!r}")
     if args.warmup < 0: ap.error("--warmup must be >= 0")
     return args
 
@@ -271,7 +278,7 @@ def run(args) -> dict:
                          gradient_checkpointing=gc if device.type == "cuda" else bool(gc),
                          trainer_args={"generation_kwargs": {"min_new_tokens": args.completion_length},
                                        "disable_tqdm": True, "use_cpu": device.type != "cuda",
-                                       "bf16": dtype == torch.bfloat16})
+                                       "bf16": dtype == torch.bfloat16} | (args.trainer_args or {}))
     examples = train_examples(params)
     main = int(os.environ.get("RANK", "0")) == 0
     say = print if main else (lambda *a, **k: None)
@@ -280,7 +287,7 @@ def run(args) -> dict:
         config = trainer_config(params, tmp)
         set_seed(args.seed)
         t0 = time.perf_counter()
-        model = build_model(model_config(args.arch, tokenizer), device, dtype)
+        model = build_model(model_config(args.arch, tokenizer), device, dtype, args.attn_implementation)
         model.generation_config = GenerationConfig(
             bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
             eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")])
@@ -304,7 +311,7 @@ def run(args) -> dict:
         if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
         with timed_pairing(sections):
             trainer.train()
-        lengths = [(h["completions/min_length"], h["completions/max_length"]) for h in trainer.state.log_history
+        lengths = [(int(h["completions/min_length"]), int(h["completions/max_length"])) for h in trainer.state.log_history
                    if "completions/min_length" in h]
 
     summary = summarise(clock.records, args.warmup)
@@ -312,6 +319,7 @@ def run(args) -> dict:
                   if device.type == "cuda" else platform.processor() or platform.machine(),
                   world_size=world_size(), dtype=str(dtype).removeprefix("torch."),
                   gradient_checkpointing=bool(config.gradient_checkpointing),
+                  attn_implementation=args.attn_implementation, trainer_args=args.trainer_args,
                   pairs_per_device=args.pairs_per_device, K=args.K,
                   completions_per_device=config.per_device_train_batch_size, completion_length=args.completion_length,
                   completion_lengths_seen=[min(l for l, _ in lengths), max(h for _, h in lengths)] if lengths else None,
