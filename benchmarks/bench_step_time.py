@@ -3,22 +3,20 @@
 usage: python benchmarks/bench_step_time.py --arch 7B                     # one GPU, the paper's per-device load
        torchrun --nproc_per_node 8 benchmarks/bench_step_time.py --arch 7B # 8 GPUs (the paper: 8 H100)
        python benchmarks/bench_step_time.py --arch tiny --device cpu --steps 2 --warmup 1 \\
-           --completion-length 16 --pairs-per-device 1 --K 2                # CPU smoke test (< 1.5 min)
+           --completion-length 16 --pairs-per-device 1 --K 2                # CPU smoke test (~10-30 s)
 
 Runs the project's training path (`consistency_amp.train.trainer_config` -> `OTGRPOConfig`, `OTGRPOTrainer`, the
 train split of `build_task_splits(default_world(), ...)`, LoRA r=32/alpha=64 on the language model only, frozen
 vision tower, bf16 and gradient checkpointing on a GPU) on a model built from the released checkpoints'
 architecture with random weights (nothing is downloaded; the tiny model's tokenizer and processor, with the
-released vocabulary size in the model and the released image resolution limits). The pairings are interleaved in one run, in ABBA order
-after `--warmup` excluded steps, so drift (clocks, caches, allocator) hits both alike. Each completion is exactly
+released vocabulary size in the model and the released image resolution limits). The pairings are interleaved in
+one run, in ABBA order after `--warmup` excluded steps, so drift (clocks, caches, allocator) hits both alike. Each completion is exactly
 `--completion-length` tokens (`min_new_tokens` = `max_new_tokens`: EOS is masked until the last token). Prints
 seconds per step for each pairing, the ratio minimal / random, a breakdown of the step and the pairing time alone.
 """
-import argparse, json, math, os, platform, statistics, sys, tempfile, time
+import argparse, json, os, platform, statistics, tempfile, time, warnings
 from contextlib import contextmanager
 from pathlib import Path
-
-import warnings
 
 import numpy as np
 import torch
@@ -55,7 +53,9 @@ ARCHITECTURES = {
                          hidden_act="silu", rope_parameters=_ROPE),
                vision=dict(_VISION, out_hidden_size=3584), tie_word_embeddings=False),
 }
-RELEASED_PARAMETERS = {"3B": 3_754_622_976, "7B": 8_292_166_656}   # total parameters of the released checkpoints
+# Total parameters of these architectures (meta-device count, tied embeddings once); the Hub lists the released
+# safetensors as 3.75B and 8.29B parameters.
+RELEASED_PARAMETERS = {"3B": 3_754_622_976, "7B": 8_292_166_656}
 # Image preprocessing of the released checkpoints (preprocessor_config.json: min_pixels 3136, max_pixels 12845056):
 # a 640 x 480 image becomes 644 x 476 pixels = 46 x 34 patches = 391 visual tokens after the 2 x 2 merge.
 RELEASED_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}
