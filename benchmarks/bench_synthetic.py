@@ -20,16 +20,9 @@ from pathlib import Path
 from consistency_amp.synthetic import (SOURCES, generate_image, image_rng, make_synthetic_world, png_bytes,
                                        resolve_source, world_info)
 
+from one_core import pin_to_one_core  # benchmarks/ is on sys.path when a script runs
+
 TARGET_SECONDS = 60.0
-
-
-def pin_to_one_core() -> str:
-    "Pin this process to the first CPU it may use; returns a description."
-    if hasattr(os, "sched_setaffinity"):
-        core = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {core})
-        return f"pinned to CPU {core}"
-    return "not pinned (no sched_setaffinity on this OS)"
 
 
 def per_source_ms(source: str, n: int, seed: int) -> float:

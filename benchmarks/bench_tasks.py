@@ -24,17 +24,10 @@ from consistency_amp.synthetic import make_synthetic_world
 from consistency_amp.task_splits import build_task_splits, dataset_statistics, load_sources
 from consistency_amp.tasks import TASKS
 
+from one_core import pin_to_one_core  # benchmarks/ is on sys.path when a script runs
+
 TARGET_SECONDS = 60.0
 SOURCES = ("SUNRGBD", "KITTI")
-
-
-def pin_to_one_core() -> str:
-    "Pin this process to the first CPU it may use; returns a description."
-    if hasattr(os, "sched_setaffinity"):
-        core = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {core})
-        return f"pinned to CPU {core}"
-    return "not pinned (no sched_setaffinity on this OS)"
 
 
 def timed(fn):
