@@ -173,6 +173,8 @@ def timed_trainer_class():
             self.sections.sync(); now = time.perf_counter()
             self.records.append(dict(step=state.global_step, pairing=args.pairing, seconds=now - self.last,
                                      sections=self.sections.take()))
+            if state.is_world_process_zero:  # progress: a long GPU step shows up as it ends, not only in the table
+                print(f"step {state.global_step}/{len(self.schedule)} {args.pairing}: {now - self.last:.2f} s", flush=True)
             self.last = now
 
     @contextmanager
