@@ -27,8 +27,8 @@ from .verifiers import (
 
 # %% auto #0
 __all__ = ['REWARDS', 'SIDES', 'OTGRPOConfig', 'pair_key', 'split_key', 'PairedRepeatSampler', 'label_flipped',
-           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'consistency_reward_placeholder',
-           'OTGRPOTrainer']
+           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
+           'consistency_reward_placeholder', 'OTGRPOTrainer']
 
 # %% ../nbs/21_trainer.ipynb #3f58e82b
 REWARDS = ("consistency", "accuracy")
@@ -221,6 +221,19 @@ def paired_consistency_rewards(completions: Sequence, pair_id: Sequence, side: S
     return consistency_reward_func(list(completions), list(pair_id), list(side), list(relation), list(answer_type),
                                    strategy=strategy)
 
+# %% ../nbs/21_trainer.ipynb #21ee1597
+def answer_monitor(completions: Sequence, answer_type: Sequence, num_generations: int) -> dict[str, float]:
+    "Reward-hacking monitor of a gathered batch: share of constant-answer groups of K, True rate of boolean answers."
+    K, texts = num_generations, [completion_text(c) for c in completions]
+    if len(texts) != len(answer_type) or len(texts) % K:
+        raise ValueError(f"answer_monitor: {len(texts)} completions and {len(answer_type)} answer types are not whole groups of K={K}")
+    answers = [parse_answer(t, kind) for t, kind in zip(texts, answer_type)]
+    groups = [answers[g:g + K] for g in range(0, len(answers), K)]
+    constant = [len(set(map(repr, group))) == 1 for group in groups]
+    booleans = [a for a, kind in zip(answers, answer_type) if kind == "boolean" and a is not None]
+    return {"answers/constant_groups": float(np.mean(constant)),
+            "answers/true_rate": float(np.mean(booleans)) if booleans else float("nan")}
+
 # %% ../nbs/21_trainer.ipynb #6c432efd
 def consistency_reward_placeholder(completions, **kwargs) -> list:
     "The `consistency` column's reward function: None here; `OTGRPOTrainer` fills the column after the gather."
@@ -285,5 +298,7 @@ class OTGRPOTrainer(GRPOTrainer):
             metrics["answers/consistency"].append(float(np.mean(consistency)))
         unparseable, correct = zip(*gather_object([self._answer_scores(row, t) for row, t in zip(inputs, texts)]))
         metrics["answers/unparseable"].append(float(np.mean(unparseable)))
+        for name, value in answer_monitor(texts_all, answer_type, self.num_generations).items():
+            metrics[name].append(value)
         metrics["answers/accuracy"].append(float(np.mean(correct)))
         return rewards_per_func
