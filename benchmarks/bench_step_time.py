@@ -220,6 +220,9 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--arch", default="7B", choices=("3B", "7B", "tiny"))
+    ap.add_argument("--model", default=None,
+                    help="time a saved model instead (a directory or a name `load_model` resolves, e.g. a pretrained "
+                         "tiny spatial base): loaded with the project's LoRA, its own processor; --arch is ignored")
     ap.add_argument("--pairs-per-device", type=int, default=4, help="prompt pairs (x, x') per device and step")
     ap.add_argument("--K", type=int, default=8, help="completions per prompt (group size)")
     ap.add_argument("--completion-length", type=int, default=256, help="exact new tokens per completion")
@@ -267,14 +270,14 @@ def run(args) -> dict:
 
     device = resolve_device(args.device)
     dtype = resolve_dtype("auto", device)   # bf16 on a GPU, fp32 on the CPU
-    processor = load_processor(TINY_MODEL)
+    processor = load_processor(TINY_MODEL if args.model is None else args.model)
     tokenizer = processor.tokenizer
-    if args.max_pixels is not None or args.arch != "tiny":
+    if args.max_pixels is not None or (args.arch != "tiny" and args.model is None):
         processor.image_processor.size = dict(RELEASED_PIXELS, **({"longest_edge": args.max_pixels}
                                                                    if args.max_pixels is not None else {}))
     schedule = pairing_schedule(args.pairings, args.warmup, args.steps)
     gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
-    params = TrainParams(task=args.task, source=args.source, pairing=schedule[0], model=f"random-qwen2.5-vl-{args.arch}",
+    params = TrainParams(task=args.task, source=args.source, pairing=schedule[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
                          steps=len(schedule), num_generations=args.K, pairs_per_device=args.pairs_per_device,
                          max_completion_length=args.completion_length, seed=args.seed, save_steps=0,
                          gradient_checkpointing=gc if device.type == "cuda" else bool(gc),
@@ -289,12 +292,16 @@ def run(args) -> dict:
         config = trainer_config(params, tmp)
         set_seed(args.seed)
         t0 = time.perf_counter()
-        model = build_model(model_config(args.arch, tokenizer), device, dtype, args.attn_implementation)
-        model.generation_config = GenerationConfig(
-            bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")])
-        freeze_vision_tower(model)
-        model = get_peft_model(model, lora_config())
+        if args.model is None:
+            model = build_model(model_config(args.arch, tokenizer), device, dtype, args.attn_implementation)
+            model.generation_config = GenerationConfig(
+                bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")])
+            freeze_vision_tower(model)
+            model = get_peft_model(model, lora_config())
+        else:
+            from consistency_amp.models import load_model
+            model, _ = load_model(args.model, device=device, dtype=dtype, attn_implementation=args.attn_implementation)
         check_lora_placement(model)
         counts = count_parameters(model)
         build_s = time.perf_counter() - t0
@@ -305,7 +312,7 @@ def run(args) -> dict:
         clock = StepClock(trainer, schedule, sections)
         trainer.add_callback(clock)
         trainer.remove_callback(PrinterCallback)   # one dict per step; the figures come at the end
-        say(f"{args.arch}: {counts['total']:,} parameters ({counts['lora_trainable'] / 1e6:.1f}M LoRA "
+        say(f"{args.model or args.arch}: {counts['total']:,} parameters ({counts['lora_trainable'] / 1e6:.1f}M LoRA "
             f"trainable), built in {build_s:.1f} s on {device} ({dtype}); {world_size()} process(es), per device "
             f"{args.pairs_per_device} pairs x 2 prompts x K={args.K} = {config.per_device_train_batch_size} "
             f"completions of {args.completion_length} tokens; {len(examples)} {args.task}/{args.source} examples; "
@@ -317,7 +324,7 @@ def run(args) -> dict:
                    if "completions/min_length" in h]
 
     summary = summarise(clock.records, args.warmup)
-    result = dict(arch=args.arch, device=str(device), device_name=torch.cuda.get_device_name(device)
+    result = dict(arch=args.arch if args.model is None else None, model=args.model, device=str(device), device_name=torch.cuda.get_device_name(device)
                   if device.type == "cuda" else platform.processor() or platform.machine(),
                   world_size=world_size(), dtype=str(dtype).removeprefix("torch."),
                   gradient_checkpointing=bool(config.gradient_checkpointing),
