@@ -6,11 +6,12 @@
 __all__ = ['PAPER_MODELS', 'LORA_R', 'LORA_ALPHA', 'LORA_DROPOUT', 'LORA_TARGET_NAMES', 'LANGUAGE_MODEL_NAMES',
            'VISION_TOWER_NAMES', 'LANGUAGE_LORA_TARGETS', 'TOKENIZER_CLASS_NAMES', 'QWEN2_5_VL_SPECIAL_TOKENS',
            'TINY_BPE_VOCAB', 'TINY_MODEL', 'DEFAULT_MODEL', 'TINY_VERSION', 'TINY_TEXT_CONFIG', 'TINY_VISION_CONFIG',
-           'TINY_IMAGE_PIXELS', 'language_lora_regex', 'lora_config', 'tiny_tokenizer_corpus', 'train_tiny_tokenizer',
-           'Qwen2_5_VLImageOnlyProcessor', 'tiny_qwen2_5_vl_config', 'tiny_qwen2_5_vl_processor',
-           'build_tiny_qwen2_5_vl', 'tiny_model_key', 'tiny_model_path', 'resolve_model_path', 'resolve_device',
-           'resolve_dtype', 'vision_tower_names', 'freeze_vision_tower', 'lora_module_names', 'check_lora_placement',
-           'count_parameters', 'load_processor', 'load_adapter', 'save_adapter', 'load_model']
+           'TINY_IMAGE_PIXELS', 'SPATIAL_BASE_PREFIX', 'language_lora_regex', 'lora_config', 'tiny_tokenizer_corpus',
+           'train_tiny_tokenizer', 'Qwen2_5_VLImageOnlyProcessor', 'tiny_qwen2_5_vl_config',
+           'tiny_qwen2_5_vl_processor', 'build_tiny_qwen2_5_vl', 'tiny_model_key', 'tiny_model_path',
+           'resolve_model_path', 'resolve_device', 'resolve_dtype', 'vision_tower_names', 'freeze_vision_tower',
+           'lora_module_names', 'check_lora_placement', 'count_parameters', 'load_processor', 'load_adapter',
+           'save_adapter', 'load_model']
 
 # %% ../nbs/20_models.ipynb #7513fae5
 import hashlib
@@ -224,11 +225,15 @@ def tiny_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -
     return path
 
 # %% ../nbs/20_models.ipynb #30c75141
+SPATIAL_BASE_PREFIX = "spatial-base-"   # names of `pretraining.SPATIAL_BASES`
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> str:
-    "The tiny model's directory for `TINY_MODEL`, a checked local model directory, or a Hub id unchanged."
+    "The folder of `TINY_MODEL` or of a spatial base (`pretraining`), a checked local model directory, or a Hub id unchanged."
     if isinstance(name_or_path, str) and name_or_path == TINY_MODEL: return str(tiny_model_path())
+    if isinstance(name_or_path, str) and name_or_path.startswith(SPATIAL_BASE_PREFIX):   # a pretrained tiny spatial base
+        from consistency_amp.pretraining import spatial_base_path                      # (imported here: it imports us)
+        return str(spatial_base_path(name_or_path))
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise ValueError(f"`name_or_path` must be a Hub id or a directory, got {name_or_path!r}")
     path = Path(name_or_path).expanduser()
