@@ -242,6 +242,8 @@ def parse_args(argv=None):
                     help="default: on a GPU yes (as consistency_amp.train), on the CPU no")
     ap.add_argument("--attn-implementation", default="sdpa",
                     help="attention kernels of the model: sdpa, eager, or flash_attention_2 (if installed)")
+    ap.add_argument("--lora-dropout", type=float, default=None,
+                    help="LoRA dropout of the timed model; default: the project's (models.LORA_DROPOUT, 0.05)")
     ap.add_argument("--trainer-args", type=json.loads, default=None,
                     help="further OTGRPOConfig fields as JSON, e.g. '{\"gradient_accumulation_steps\": 2}'")
     ap.add_argument("--seed", type=int, default=0)
@@ -298,10 +300,11 @@ def run(args) -> dict:
                 bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")])
             freeze_vision_tower(model)
-            model = get_peft_model(model, lora_config())
+            model = get_peft_model(model, lora_config(**({} if args.lora_dropout is None else {"dropout": args.lora_dropout})))
         else:
             from consistency_amp.models import load_model
-            model, _ = load_model(args.model, device=device, dtype=dtype, attn_implementation=args.attn_implementation)
+            model, _ = load_model(args.model, device=device, dtype=dtype, attn_implementation=args.attn_implementation,
+                                  **({} if args.lora_dropout is None else {"lora_dropout": args.lora_dropout}))
         check_lora_placement(model)
         counts = count_parameters(model)
         build_s = time.perf_counter() - t0
@@ -329,6 +332,7 @@ def run(args) -> dict:
                   world_size=world_size(), dtype=str(dtype).removeprefix("torch."),
                   gradient_checkpointing=bool(config.gradient_checkpointing),
                   attn_implementation=args.attn_implementation, trainer_args=args.trainer_args,
+                  lora_dropout=args.lora_dropout,
                   pairs_per_device=args.pairs_per_device, K=args.K,
                   completions_per_device=config.per_device_train_batch_size, completion_length=args.completion_length,
                   completion_lengths_seen=[min(l for l, _ in lengths), max(h for _, h in lengths)] if lengths else None,
