@@ -24,11 +24,11 @@ from .tasks import BOOLEAN_TASKS, TEMPLATES, Question, ground_truth
 from .transforms import Transform, apply_transform, sample_transform
 
 # %% auto #0
-__all__ = ['CUE_NAMES', 'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE', 'LOG_FILE', 'SPATIAL_BASES', 'STANDS_IN_FOR',
-           'SHIPPED_DIR', 'PRETRAINING_VERSION', 'BaseRecipe', 'base_config', 'base_processor', 'cue_values',
-           'cue_edges', 'think_text', 'target_completion', 'pretraining_world', 'pretraining_examples', 'reword',
-           'image_variants', 'pretraining_batch', 'pretrain', 'spatial_base_key', 'shipped_base', 'spatial_base_path',
-           'cell_rows', 'cell_report', 'group_diversity']
+__all__ = ['CUE_NAMES', 'FACT_WORDS', 'THINKS', 'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE', 'LOG_FILE', 'SPATIAL_BASES',
+           'STANDS_IN_FOR', 'SHIPPED_DIR', 'PRETRAINING_VERSION', 'BaseRecipe', 'base_config', 'base_processor',
+           'cue_values', 'cue_edges', 'think_text', 'fact_text', 'target_completion', 'pretraining_world',
+           'pretraining_examples', 'reword', 'image_variants', 'pretraining_batch', 'pretrain', 'spatial_base_key',
+           'shipped_base', 'spatial_base_path', 'cell_rows', 'cell_report', 'group_diversity']
 
 # %% ../nbs/24_pretraining.ipynb #e03874f6
 def _f(default, help: str):
@@ -52,7 +52,7 @@ class BaseRecipe:
     batch: int = _f(64, "examples per step")
     lr: float = _f(1e-3, "AdamW peak learning rate (linear warm-up, cosine decay)")
     warmup: int = _f(20, "warm-up steps")
-    think: str = _f("cues", "'cues': the think states the visible cue of each object; 'none': empty think")
+    think: str = _f("cues", "'cues': digits of each object's visible cue; 'facts': the canonical fact ('object 2 closer'); 'none'")
     seed: int = _f(0, "initialisation and sampling seed")
 
     def to_dict(self) -> dict: return asdict(self)
@@ -121,9 +121,21 @@ def think_text(scene, question: Question, edges: dict) -> str:
     e = edges[question.task]
     return f"{CUE_NAMES[question.task]} {int(np.searchsorted(e, v0))} vs {int(np.searchsorted(e, v1))}"
 
+FACT_WORDS = {"orientation": "left", "depth": "closer", "size": "bigger", "relative_distance": "closer"}
+
+def fact_text(scene, question: Question) -> str:
+    "The wording-free fact in listing (marker colour) order: which listed object is left / closer / bigger."
+    first, second = (2, 3) if question.task == "relative_distance" else (1, 2)
+    canonical = replace(question, relation=0, order=(first, second))
+    return f"object {first if ground_truth(scene, canonical) else second} {FACT_WORDS[question.task]}"
+
+THINKS = ("cues", "facts", "none")
+
 def target_completion(scene, question: Question, edges: dict, think: str = "cues") -> str:
-    "The supervised completion: the think (cues, or empty) and the ground truth, in the paper's format (Section 4.4)."
-    reasoning = think_text(scene, question, edges) if think == "cues" else ""
+    "The supervised completion: the think (cue digits, the canonical fact, or empty) and the ground truth (Section 4.4)."
+    if think not in THINKS: raise ValueError(f"think must be one of {', '.join(THINKS)}; got {think!r}")
+    reasoning = {"cues": lambda: think_text(scene, question, edges), "facts": lambda: fact_text(scene, question),
+                 "none": lambda: ""}[think]()
     return f"<think>{reasoning}</think><answer>{ground_truth(scene, question)}</answer>"
 
 # %% ../nbs/24_pretraining.ipynb #e5c4c7f6
