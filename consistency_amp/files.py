@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CACHE_ENV', 'repo_root', 'resolve_path', 'cache_dir', 'write_atomically']
+__all__ = ['CACHE_ENV', 'repo_root', 'resolve_path', 'cache_dir', 'write_atomically', 'build_once']
 
 # %% ../nbs/03_files.ipynb #4614a308
 def repo_root(start: str | os.PathLike | None = None) -> Path | None:
@@ -57,4 +57,20 @@ def write_atomically(path: str | os.PathLike, write, overwrite: bool = True) -> 
             except FileExistsError: raise FileExistsError(f"{path} already exists; refusing to overwrite it") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
+    return path
+
+# %% ../nbs/03_files.ipynb #422188c3
+def build_once(path: str | os.PathLike, build, marker: str = "config.json") -> Path:
+    "`path` if it holds `marker`; else `build(staging)` into a new folder beside it, renamed to `path` (another process's copy wins)."
+    import shutil
+    path = Path(path)
+    if (path / marker).is_file(): return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        build(staging)
+        try: staging.rename(path)
+        except OSError:                                   # another process finished first: keep its copy
+            if not (path / marker).is_file(): raise
+    finally: shutil.rmtree(staging, ignore_errors=True)
     return path

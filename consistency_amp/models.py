@@ -37,7 +37,7 @@ from transformers import (AutoModelForImageTextToText, AutoProcessor, Generation
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 from trl.chat_template_utils import qwen2_5_vl_chat_template
 
-from .files import cache_dir as default_cache_dir
+from .files import build_once, cache_dir as default_cache_dir
 from .prompts import MARKER_COLORS, MARKER_PHRASES
 from .tasks import RELATION_PHRASES, TEMPLATES, plural
 from .verifiers import SYSTEM_PROMPT
@@ -211,18 +211,7 @@ def tiny_model_key(seed: int = 0) -> str:
 def tiny_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -> Path:
     "Directory of the tiny Qwen2.5-VL, built on first use and reused while its recipe is unchanged."
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = root / f"{TINY_MODEL}-{tiny_model_key(seed)}"
-    if (path / "config.json").is_file(): return path
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=root))
-    try:
-        build_tiny_qwen2_5_vl(staging, seed=seed)
-        try: staging.rename(path)
-        except OSError:  # another process finished first: keep its copy
-            if not (path / "config.json").is_file(): raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
+    return build_once(root / f"{TINY_MODEL}-{tiny_model_key(seed)}", lambda staging: build_tiny_qwen2_5_vl(staging, seed=seed))
 
 # %% ../nbs/20_models.ipynb #30c75141
 SPATIAL_BASE_PREFIX = "spatial-base-"   # names of `pretraining.SPATIAL_BASES`

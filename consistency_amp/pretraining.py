@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .files import cache_dir as default_cache_dir
+from .files import build_once, cache_dir as default_cache_dir
 from .models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
 from .prompts import _visible_box, draw_markers, load_rgb, make_prompt, prompt_messages, prompt_text
 from .tasks import BOOLEAN_TASKS, TEMPLATES, Question, ground_truth
@@ -268,17 +268,7 @@ def spatial_base_path(name: str, cache_dir=None, progress: bool = True) -> Path:
     recipe = _check_name(name)
     if (shipped := shipped_base(name)) is not None: return shipped
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = root / f"{name}-{spatial_base_key(recipe)}"
-    if (path / "config.json").is_file(): return path
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=root))
-    try:
-        pretrain(recipe, staging / "model", progress=progress)
-        try: (staging / "model").rename(path)
-        except OSError:
-            if not (path / "config.json").is_file(): raise
-    finally: shutil.rmtree(staging, ignore_errors=True)
-    return path
+    return build_once(root / f"{name}-{spatial_base_key(recipe)}", lambda staging: pretrain(recipe, staging, progress))
 
 # %% ../nbs/24_pretraining.ipynb #9cc6633d
 def cell_rows(examples) -> list[dict]:
