@@ -55,6 +55,16 @@ class BaseRecipe:
     think: str = _f("cues", "'cues': digits of each object's visible cue; 'facts': the canonical fact ('object 2 closer'); 'none'")
     seed: int = _f(0, "initialisation and sampling seed")
 
+    def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
+        for f in fields(self):
+            value, kind = getattr(self, f.name), type(f.default)
+            if f.name == "think":
+                if value not in ("cues", "facts", "none"): raise ValueError(f"think must be one of cues, facts, none; got {value!r}")
+            elif (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)
+                  or (value < 0 if "seed" in f.name else value <= 0)):
+                raise ValueError(f"BaseRecipe.{f.name} must be a {'non-negative' if 'seed' in f.name else 'positive'} "
+                                 f"{'number' if kind is float else 'integer'}; got {value!r}")
+
     def to_dict(self) -> dict: return asdict(self)
 
 # %% ../nbs/24_pretraining.ipynb #97c65de0
