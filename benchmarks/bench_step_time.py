@@ -173,8 +173,13 @@ def timed_trainer_class():
             self.sections.sync(); now = time.perf_counter()
             self.records.append(dict(step=state.global_step, pairing=args.pairing, seconds=now - self.last,
                                      sections=self.sections.take()))
-            if state.is_world_process_zero:  # progress: a long GPU step shows up as it ends, not only in the table
-                print(f"step {state.global_step}/{len(self.schedule)} {args.pairing}: {now - self.last:.2f} s", flush=True)
+            if state.is_world_process_zero:  # progress: a long GPU step shows up as it ends, with its breakdown, so
+                b = breakdown(self.records[-1])   # that a run cut off by a time limit still gives its figures
+                peak = (f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if self.sections.cuda else "")
+                print(f"step {state.global_step}/{len(self.schedule)} {args.pairing}: {now - self.last:.2f} s "
+                      f"(generate {b['generate']:.2f}, loss+bwd {b['loss_backward']:.2f}, other prep "
+                      f"{b['prepare_other']:.2f}, rewards {b['rewards']:.3f}, pairing {b['pairing'] * 1e3:.2f} ms{peak})",
+                      flush=True)
             self.last = now
 
     @contextmanager

@@ -156,18 +156,19 @@ class GreedyDecoder:
         return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def inputs(self, rows: Sequence[dict]):
-        "The left-padded model inputs of `rows` (only their `prompt` messages and `image`s are read)."
+        "The left-padded model inputs of `rows` (only their `prompt` messages and `image`s are read), on the model's device."
         tokenizer = self.processor.tokenizer
         side, tokenizer.padding_side = tokenizer.padding_side, "left"
         try:
-            return self.processor(text=[self.prompt_text(r["prompt"]) for r in rows], images=[r["image"] for r in rows],
-                                  padding=True, return_tensors="pt")
+            inputs = self.processor(text=[self.prompt_text(r["prompt"]) for r in rows], images=[r["image"] for r in rows],
+                                    padding=True, return_tensors="pt")
         finally: tokenizer.padding_side = side
+        return inputs.to(getattr(self.model, "device", "cpu"))   # the processor gives CPU tensors; a GPU model needs them there
 
     def complete(self, rows: Sequence[dict]) -> list[str]:
         "The greedy completion of every row, decoded without special tokens."
         import torch
-        inputs = self.inputs(rows).to(getattr(self.model, "device", "cpu"))
+        inputs = self.inputs(rows)
         training = bool(getattr(self.model, "training", False))
         if training: self.model.eval()
         try:
