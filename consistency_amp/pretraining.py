@@ -17,21 +17,24 @@ import torch
 from .files import build_once, cache_dir as default_cache_dir
 from .models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
 from .prompts import _visible_box, draw_markers, load_rgb, make_prompt, prompt_messages, prompt_text
-from .tasks import BOOLEAN_TASKS, TEMPLATES, Question, ground_truth
+from .tasks import BOOLEAN_TASKS, RELATION_PHRASES, TEMPLATES, Question, ground_truth
 from .transforms import Transform, apply_transform, sample_transform
 
 # %% auto #0
-__all__ = ['CUE_NAMES', 'FACT_WORDS', 'THINKS', 'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE', 'LOG_FILE', 'SPATIAL_BASES',
-           'STANDS_IN_FOR', 'SHIPPED_DIR', 'PRETRAINING_VERSION', 'BaseRecipe', 'base_config', 'base_processor',
-           'cue_values', 'cue_edges', 'think_text', 'fact_text', 'target_completion', 'pretraining_world',
-           'pretraining_examples', 'reword', 'image_variants', 'pretraining_batch', 'pretrain', 'spatial_base_key',
-           'shipped_base', 'spatial_base_path', 'cell_rows', 'cell_report', 'group_diversity']
+__all__ = ['THINKS', 'CUE_NAMES', 'FACT_WORDS', 'MARKER_CHANNELS', 'PERCEPTION_CHANNELS', 'IMAGE_VARIANTS', 'RECIPE_FILE',
+           'EDGES_FILE', 'LOG_FILE', 'SPATIAL_BASES', 'STANDS_IN_FOR', 'SHIPPED_DIR', 'PRETRAINING_VERSION',
+           'BaseRecipe', 'base_config', 'base_processor', 'cue_values', 'cue_edges', 'think_text', 'fact_text',
+           'scaffold_text', 'target_completion', 'pretraining_world', 'pretraining_examples', 'reword',
+           'perception_targets', 'perception_loss', 'image_variants', 'pretraining_batch', 'pretrain',
+           'spatial_base_key', 'shipped_base', 'spatial_base_path', 'cell_rows', 'cell_report', 'group_diversity']
 
 # %% ../nbs/24_pretraining.ipynb #e03874f6
 def _f(default, help: str):
     "A dataclass field with a `help` text (TRL's convention)."
     return field(default_factory=lambda: default, metadata={"help": help}) if isinstance(default, (list, dict, tuple)) \
         else field(default=default, metadata={"help": help})
+
+THINKS = ("scaffold", "facts", "cues", "none")   # what the <think> of a pretraining target states
 
 @dataclass(frozen=True)
 class BaseRecipe:
@@ -49,17 +52,20 @@ class BaseRecipe:
     batch: int = _f(64, "examples per step")
     lr: float = _f(1e-3, "AdamW peak learning rate (linear warm-up, cosine decay)")
     warmup: int = _f(20, "warm-up steps")
-    think: str = _f("cues", "'cues': digits of each object's visible cue; 'facts': the canonical fact ('object 2 closer'); 'none'")
+    think: str = _f("scaffold", "'scaffold': the perceived fact, then the question's subject and relation ('2 closer; 1 further'); "
+                    "'facts': the fact alone ('object 2 closer'); 'cues': digits of each object's visible cue; 'none'")
+    perception_weight: float = _f(1.0, "weight of the dense perception loss on the vision tokens (0: none); its head is discarded")
     seed: int = _f(0, "initialisation and sampling seed")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
         for f in fields(self):
             value, kind = getattr(self, f.name), type(f.default)
+            may_be_zero = "seed" in f.name or f.name == "perception_weight"
             if f.name == "think":
-                if value not in ("cues", "facts", "none"): raise ValueError(f"think must be one of cues, facts, none; got {value!r}")
+                if value not in THINKS: raise ValueError(f"BaseRecipe.think must be one of {', '.join(THINKS)}; got {value!r}")
             elif (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)
-                  or (value < 0 if "seed" in f.name else value <= 0)):
-                raise ValueError(f"BaseRecipe.{f.name} must be a {'non-negative' if 'seed' in f.name else 'positive'} "
+                  or (value < 0 if may_be_zero else value <= 0)):
+                raise ValueError(f"BaseRecipe.{f.name} must be a {'non-negative' if may_be_zero else 'positive'} "
                                  f"{'number' if kind is float else 'integer'}; got {value!r}")
 
     def to_dict(self) -> dict: return asdict(self)
@@ -136,13 +142,17 @@ def fact_text(scene, question: Question) -> str:
     canonical = replace(question, relation=0, order=(first, second))
     return f"object {first if ground_truth(scene, canonical) else second} {FACT_WORDS[question.task]}"
 
-THINKS = ("cues", "facts", "none")
+def scaffold_text(scene, question: Question) -> str:
+    "The perceived winner of the canonical relation, then the question's subject and relation word: '2 closer; 1 further'."
+    winner = fact_text(scene, question).split()[1]
+    relation = RELATION_PHRASES[question.task][question.relation].split()[0]
+    return f"{winner} {FACT_WORDS[question.task]}; {question.order[0]} {relation}"
 
 def target_completion(scene, question: Question, edges: dict, think: str = "cues") -> str:
-    "The supervised completion: the think (cue digits, the canonical fact, or empty) and the ground truth (Section 4.4)."
+    "The supervised completion: the think (scaffold, canonical fact, cue digits or empty) and the ground truth (Section 4.4)."
     if think not in THINKS: raise ValueError(f"think must be one of {', '.join(THINKS)}; got {think!r}")
     reasoning = {"cues": lambda: think_text(scene, question, edges), "facts": lambda: fact_text(scene, question),
-                 "none": lambda: ""}[think]()
+                 "scaffold": lambda: scaffold_text(scene, question), "none": lambda: ""}[think]()
     return f"<think>{reasoning}</think><answer>{ground_truth(scene, question)}</answer>"
 
 # %% ../nbs/24_pretraining.ipynb #e5c4c7f6
@@ -165,25 +175,59 @@ def reword(rng: np.random.Generator, question: Question) -> Question:
     return replace(question, template=int(rng.integers(len(TEMPLATES[question.task]))), relation=int(rng.integers(2)),
                    order=order[int(rng.integers(2))])
 
+# %% ../nbs/24_pretraining.ipynb #eeaeceb0
+MARKER_CHANNELS = ("red", "blue", "green")
+PERCEPTION_CHANNELS = len(MARKER_CHANNELS) + len(BOOLEAN_TASKS) + 2   # colours, one fact per task, row and column
+
+def perception_targets(scene, question: Question, grid) -> tuple[np.ndarray, np.ndarray]:
+    "Per merged image token (raster order): (targets, mask), each (tokens, PERCEPTION_CHANNELS) float32."
+    from consistency_amp.prompts import MARKER_RGB
+    from PIL import Image
+    _, h, w = (int(v) for v in grid[0]); rows, cols = h // 2, w // 2
+    drawn = np.asarray(draw_markers(Image.new("RGB", (scene.width, scene.height)), scene, question))
+    ys = np.linspace(0, scene.height, rows + 1).round().astype(int)[:-1]
+    xs = np.linspace(0, scene.width, cols + 1).round().astype(int)[:-1]
+    target = np.zeros((rows, cols, PERCEPTION_CHANNELS), np.float32)
+    mask = np.zeros_like(target)
+    for c, colour in enumerate(MARKER_CHANNELS):
+        hit = np.all(drawn == np.array(MARKER_RGB[colour], np.uint8), axis=-1).astype(np.int32)
+        target[..., c] = np.add.reduceat(np.add.reduceat(hit, ys, axis=0), xs, axis=1) > 0
+    fact = len(MARKER_CHANNELS) + BOOLEAN_TASKS.index(question.task)
+    first = 2 if question.task == "relative_distance" else 1
+    target[..., fact] = fact_text(scene, question).split()[1] == str(first)
+    target[..., -2] = ((np.arange(rows) + 0.5) / rows)[:, None]
+    target[..., -1] = ((np.arange(cols) + 0.5) / cols)[None, :]
+    mask[..., :len(MARKER_CHANNELS)] = mask[..., fact] = mask[..., -2:] = 1
+    return target.reshape(-1, PERCEPTION_CHANNELS), mask.reshape(-1, PERCEPTION_CHANNELS)
+
+# %% ../nbs/24_pretraining.ipynb #de8da5c5
+def perception_loss(logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    "Binary cross-entropy on the colour and fact channels, 10 x squared error of the sigmoid on row and column."
+    import torch.nn.functional as F
+    bce = F.binary_cross_entropy_with_logits(logits[:, :-2], target[:, :-2], reduction="none") * mask[:, :-2]
+    position = 10 * (torch.sigmoid(logits[:, -2:]) - target[:, -2:]) ** 2 * mask[:, -2:]
+    return (bce.sum() + position.sum()) / mask.sum()
+
 # %% ../nbs/24_pretraining.ipynb #f2764e5b
 IMAGE_VARIANTS = 3   # as is, mirrored, a sampled crop / jitter
 
 def image_variants(example, processor, rng: np.random.Generator, variants: int = IMAGE_VARIANTS) -> list[tuple]:
-    "(scene, question, pixel_values, image_grid_thw) of the example's marked image under `variants` image transforms."
+    "(scene, question, pixel_values, image_grid_thw, perception targets) of the marked image under `variants` transforms."
     image, out = load_rgb(example.scene), []
     for v in range(variants):
         sampled = sample_transform(rng, example.scene, example.question, p=0.5) if v >= 2 else Transform()
         T = Transform(flip=v == 1 or sampled.flip, crop=sampled.crop, jitter=sampled.jitter)   # image part only
         scene, picture, question = apply_transform(example.scene, image, example.question, T)
         px = processor.image_processor(images=[draw_markers(picture, scene, question)], return_tensors="pt")
-        out.append((scene, question, px["pixel_values"], px["image_grid_thw"]))
+        out.append((scene, question, px["pixel_values"], px["image_grid_thw"],
+                    perception_targets(scene, question, px["image_grid_thw"])))
     return out
 
 # %% ../nbs/24_pretraining.ipynb #90d9a3f6
 def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, think: str = "cues") -> dict:
     "Model inputs and labels (-100 on the prompt and padding) of `items` with freshly drawn wordings."
     tokenizer, texts, prompt_lengths = processor.tokenizer, [], []
-    for scene, question, _, grid in items:
+    for scene, question, _, grid, *_ in items:
         question = reword(rng, question)
         prompt = processor.apply_chat_template(prompt_messages(prompt_text(scene, question)), tokenize=False,
                                                add_generation_prompt=True)
@@ -220,18 +264,21 @@ def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
         model = Qwen2_5_VLForConditionalGeneration(base_config(recipe, tokenizer))
         model.generation_config = GenerationConfig(bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
                                                    eos_token_id=[tokenizer.eos_token_id, tokenizer.pad_token_id])
-        optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
+        head, seen = torch.nn.Linear(recipe.hidden, PERCEPTION_CHANNELS), {}   # pretraining only: not saved
+        model.model.visual.register_forward_hook(lambda module, args, out: seen.update(tokens=out.pooler_output))
+        optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=recipe.lr, weight_decay=0.01)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(recipe))
         log, model = [], model.train()
         for step in (bar := tqdm(range(recipe.steps), desc="pretraining", disable=not progress)):
-            batch = pretraining_batch([items[i] for i in rng.integers(len(items), size=recipe.batch)], processor, rng,
-                                      edges, recipe.think)
-            loss = model(**batch).loss
-            loss.backward()
+            chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
+            answer_loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think)).loss
+            target, mask = (torch.from_numpy(np.concatenate([it[4][k] for it in chosen])) for k in (0, 1))
+            seeing_loss = perception_loss(head(seen["tokens"]), target, mask)
+            (answer_loss + recipe.perception_weight * seeing_loss).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step(); schedule.step(); optimizer.zero_grad()
-            log.append({"step": step + 1, "loss": round(loss.item(), 5)})
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            log.append({"step": step + 1, "loss": round(answer_loss.item(), 5), "perception_loss": round(seeing_loss.item(), 5)})
+            bar.set_postfix(loss=f"{answer_loss.item():.3f}", perception=f"{seeing_loss.item():.3f}")
     out_dir.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out_dir)
     processor.save_pretrained(out_dir)
