@@ -184,14 +184,15 @@ def perception_targets(scene, question: Question, grid) -> tuple[np.ndarray, np.
     from consistency_amp.prompts import MARKER_RGB
     from PIL import Image
     _, h, w = (int(v) for v in grid[0]); rows, cols = h // 2, w // 2
-    drawn = np.asarray(draw_markers(Image.new("RGB", (scene.width, scene.height)), scene, question))
+    packed = lambda rgb: (rgb[..., 0] >> 7) | (rgb[..., 1] >> 7) << 1 | (rgb[..., 2] >> 7) << 2   # one byte per pixel
+    drawn = packed(np.asarray(draw_markers(Image.new("RGB", (scene.width, scene.height)), scene, question)))
     ys = np.linspace(0, scene.height, rows + 1).round().astype(int)[:-1]
     xs = np.linspace(0, scene.width, cols + 1).round().astype(int)[:-1]
     target = np.zeros((rows, cols, PERCEPTION_CHANNELS), np.float32)
     mask = np.zeros_like(target)
     for c, colour in enumerate(MARKER_CHANNELS):
-        hit = np.all(drawn == np.array(MARKER_RGB[colour], np.uint8), axis=-1).astype(np.int32)
-        target[..., c] = np.add.reduceat(np.add.reduceat(hit, ys, axis=0), xs, axis=1) > 0
+        hit = drawn == packed(np.array(MARKER_RGB[colour], np.uint8))
+        target[..., c] = np.logical_or.reduceat(np.logical_or.reduceat(hit, ys, axis=0), xs, axis=1)
     fact = len(MARKER_CHANNELS) + BOOLEAN_TASKS.index(question.task)
     first = 2 if question.task == "relative_distance" else 1
     target[..., fact] = fact_text(scene, question).split()[1] == str(first)
