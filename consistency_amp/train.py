@@ -28,7 +28,7 @@ from .tasks import BOOLEAN_TASKS, TASKS
 __all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'REWARD_CHOICES', 'PAIRING_CHOICES', 'SOURCE_CHOICES', 'REPORT_TO_CHOICES',
            'TINY_MODEL_NAME', 'PAPER_SETTINGS', 'PAPER_MODEL_SIZES', 'model_size', 'TrainParams', 'as_params',
            'world_size', 'start_run', 'train_examples', 'trainer_config', 'save_final_adapter', 'load_for_training',
-           'train_run', 'run_training', 'argument_parser', 'parse_args', 'main']
+           'cpu_threads', 'train_run', 'run_training', 'argument_parser', 'parse_args', 'main']
 
 # %% ../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -266,12 +266,23 @@ def load_for_training(params: TrainParams, config):
     freeze_vision_tower(model)
     return model, load_processor(path), lora_config()
 
+# %% ../nbs/23_train_entry.ipynb #24bd29a1
+def cpu_threads(environ=os.environ) -> int | None:
+    "Set torch's intra-op threads to this process's share of the usable cores on a CPU run; the count, or None if left alone."
+    import torch
+    if torch.cuda.is_available() or "OMP_NUM_THREADS" in environ: return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // int(environ.get("LOCAL_WORLD_SIZE", "1")))
+    torch.set_num_threads(threads)
+    return threads
+
 # %% ../nbs/23_train_entry.ipynb #08c46e39
 def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, examples: list | None = None):
     "Train the run of `params` in `run_dir` (created by the main process when None); returns (run_dir, trainer)."
     from transformers import set_seed
     from consistency_amp.trainer import OTGRPOTrainer
     params = as_params(params)
+    cpu_threads()
     examples = train_examples(params) if examples is None else examples
     planned = run_path(params.name, params.runs_dir) if run_dir is None else Path(run_dir)
     config = trainer_config(params, planned)
