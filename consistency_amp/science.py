@@ -16,8 +16,9 @@ from .files import write_atomically
 from .registry import NOISE_LEVELS   # Section 5.4: the flipped-label fractions p of accuracy training
 
 # %% auto #0
-__all__ = ['CONDITIONS', 'METRICS', 'SCIENCE_COLUMNS', 'check_outcomes', 'condition_means', 'bootstrap', 'gain_ratio',
-           'noise_crossover', 'verdict', 'science_table', 'science_markdown', 'write_science']
+__all__ = ['CONDITIONS', 'METRICS', 'SCIENCE_COLUMNS', 'MONITOR_KEYS', 'check_outcomes', 'condition_means', 'bootstrap',
+           'gain_ratio', 'noise_crossover', 'verdict', 'science_table', 'science_markdown', 'write_science',
+           'plot_answer_monitor']
 
 # %% ../nbs/34_science.ipynb #0d14dce7
 CONDITIONS = ("base", "accuracy", "consistency", "consistency_random", "consistency_one_to_all", "blind",
@@ -146,3 +147,21 @@ def write_science(table: pd.DataFrame, out_dir, title: str = "Science table") ->
     write_atomically(csv, lambda tmp: table[list(SCIENCE_COLUMNS)].to_csv(tmp, index=False))
     write_atomically(md, lambda tmp: Path(tmp).write_text(science_markdown(table, title)))
     return csv, md
+
+# %% ../nbs/34_science.ipynb #30b1a7d8
+MONITOR_KEYS = {"answers/constant_groups": "groups with one answer", "frac_reward_zero_std": "groups with no reward variance",
+                "answers/true_rate": "True rate of the answers"}
+
+def plot_answer_monitor(train_logs: Mapping[str, Sequence[dict]], title: str = "Reward-hacking monitor"):
+    "One panel per `MONITOR_KEYS` entry, one line per run (label -> its train_log.jsonl records); the figure."
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(MONITOR_KEYS), figsize=(4 * len(MONITOR_KEYS), 3), sharex=True)
+    for ax, (key, label) in zip(axes, MONITOR_KEYS.items()):
+        for run, records in train_logs.items():
+            points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+            if points: ax.plot(*zip(*points), marker=".", label=run)
+        ax.set(title=label, xlabel="step", ylim=(-0.02, 1.02))
+    axes[-1].axhline(0.5, color="grey", lw=0.8, ls=":")                   # balanced answers
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title); fig.tight_layout()
+    return fig
