@@ -55,12 +55,14 @@ class BaseRecipe:
     think: str = _f("scaffold", "'scaffold': the perceived fact, then the question's subject and relation ('2 closer; 1 further'); "
                     "'facts': the fact alone ('object 2 closer'); 'cues': digits of each object's visible cue; 'none'")
     perception_weight: float = _f(1.0, "weight of the dense perception loss on the vision tokens (0: none); its head is discarded")
+    perception_steps: int = _f(2000, "steps of the vision-only perception stage before the language model trains (0: none)")
+    perception_lr: float = _f(2e-3, "AdamW peak learning rate of the perception stage")
     seed: int = _f(0, "initialisation and sampling seed")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
         for f in fields(self):
             value, kind = getattr(self, f.name), type(f.default)
-            may_be_zero = "seed" in f.name or f.name == "perception_weight"
+            may_be_zero = "seed" in f.name or f.name in ("perception_weight", "perception_steps")
             if f.name == "think":
                 if value not in THINKS: raise ValueError(f"BaseRecipe.think must be one of {', '.join(THINKS)}; got {value!r}")
             elif (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)
@@ -246,8 +248,25 @@ def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, t
 # %% ../nbs/24_pretraining.ipynb #202b2ff4
 RECIPE_FILE, EDGES_FILE, LOG_FILE = "recipe.json", "cue_edges.json", "pretrain_log.jsonl"
 
-def _lr_factor(recipe: BaseRecipe):
-    return lambda s: min(1.0, (s + 1) / recipe.warmup) * 0.5 * (1 + math.cos(math.pi * min(s, recipe.steps) / recipe.steps))
+def _lr_factor(steps: int, warmup: int):
+    return lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+
+def _perception_stage(model, head, seen, items, recipe: BaseRecipe, rng, log: list, progress: bool):
+    "Train the vision tower and the head alone on the dense targets (cheap: no language model forward)."
+    from tqdm.auto import tqdm
+    params = [*model.model.visual.parameters(), *head.parameters()]
+    optimizer = torch.optim.AdamW(params, lr=recipe.perception_lr, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(recipe.perception_steps, recipe.warmup))
+    for step in (bar := tqdm(range(recipe.perception_steps), desc="perception", disable=not progress)):
+        chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
+        model.model.visual(torch.cat([it[2] for it in chosen]), grid_thw=torch.cat([it[3] for it in chosen]))
+        target, mask = (torch.from_numpy(np.concatenate([it[4][k] for it in chosen])) for k in (0, 1))
+        loss = perception_loss(head(seen["tokens"]), target, mask)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step(); schedule.step(); optimizer.zero_grad()
+        log.append({"perception_step": step + 1, "perception_loss": round(loss.item(), 5)})
+        bar.set_postfix(perception=f"{loss.item():.3f}")
 
 def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
     "Pretrain the base of `recipe` and save it (model, processor, recipe, cue edges, log) to the new folder `out_dir`."
@@ -267,9 +286,10 @@ def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
                                                    eos_token_id=[tokenizer.eos_token_id, tokenizer.pad_token_id])
         head, seen = torch.nn.Linear(recipe.hidden, PERCEPTION_CHANNELS), {}   # pretraining only: not saved
         model.model.visual.register_forward_hook(lambda module, args, out: seen.update(tokens=out.pooler_output))
-        optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=recipe.lr, weight_decay=0.01)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(recipe))
         log, model = [], model.train()
+        if recipe.perception_steps: _perception_stage(model, head, seen, items, recipe, rng, log, progress)
+        optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=recipe.lr, weight_decay=0.01)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(recipe.steps, recipe.warmup))
         for step in (bar := tqdm(range(recipe.steps), desc="pretraining", disable=not progress)):
             chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
             answer_loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think)).loss
