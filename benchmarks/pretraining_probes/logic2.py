@@ -1,11 +1,14 @@
-"""Can the tiny LM learn the scaffold's answer rule from completions alone? python benchmarks/pretraining_probes/logic.py STEPS"""
+"""Text only: can the tiny LM learn an answer rule from completions alone?
+THINK=scaffold ('W word; S REL') or steps ('W word; S E; asked REL', E = the subject's word);
+MODE=three (the true rule, a parity of W, S, REL), two (answer = W == S) or first (answer = REL is the first word).
+python benchmarks/pretraining_probes/logic2.py STEPS [lr]"""
 import os, sys, time, json, numpy as np, torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pretrain as P
 from consistency_amp.models import train_tiny_tokenizer
 from consistency_amp.tasks import RELATION_PHRASES, BOOLEAN_TASKS
 from transformers import Qwen2_5_VLForConditionalGeneration
-torch.set_num_threads(1); torch.manual_seed(0); import os; MODE = os.environ.get("MODE", "three")
+torch.set_num_threads(1); torch.manual_seed(0); import os; MODE = os.environ.get("MODE", "three"); THINK = os.environ.get("THINK", "steps")
 tok = train_tiny_tokenizer(); r = P.Recipe()
 model = Qwen2_5_VLForConditionalGeneration(P.model_config(r, tok)).train()
 rng = np.random.default_rng(0)
@@ -17,7 +20,8 @@ def sample(n):
         word = P.WORD0[t]; R = RELATION_PHRASES[t][rel].split()[0]
         ans = (rel == 0) if MODE == "first" else (W == S) if MODE == "two" else (W == S) == (rel == 0)
         E = RELATION_PHRASES[t][0 if W == S else 1].split()[0]
-        texts.append(f"<think>{W} {word}; {S} {E}; asked {R}</think><answer>{ans}</answer><|im_end|>"); answers.append(ans)
+        think = f"{W} {word}; {S} {E}; asked {R}" if THINK == "steps" else f"{W} {word}; {S} {R}"
+        texts.append(f"<think>{think}</think><answer>{ans}</answer><|im_end|>"); answers.append(ans)
     enc = tok(texts, padding=True, return_tensors="pt")
     labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
     return enc, labels, answers
