@@ -17,14 +17,14 @@ import torch
 from .files import build_once, cache_dir as default_cache_dir
 from .models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
 from .prompts import _visible_box, draw_markers, load_rgb, make_prompt, prompt_messages, prompt_text
-from .tasks import BOOLEAN_TASKS, RELATION_PHRASES, TEMPLATES, Question, ground_truth
+from .tasks import BOOLEAN_TASKS, TEMPLATES, Question, ground_truth
 from .transforms import Transform, apply_transform, sample_transform
 
 # %% auto #0
 __all__ = ['THINKS', 'CUE_NAMES', 'FACT_WORDS', 'MARKER_CHANNELS', 'PERCEPTION_CHANNELS', 'IMAGE_VARIANTS', 'RECIPE_FILE',
            'EDGES_FILE', 'LOG_FILE', 'SPATIAL_BASES', 'STANDS_IN_FOR', 'SHIPPED_DIR', 'PRETRAINING_VERSION',
            'BaseRecipe', 'base_config', 'base_processor', 'cue_values', 'cue_edges', 'think_text', 'fact_text',
-           'scaffold_text', 'claim_text', 'target_completion', 'pretraining_world', 'pretraining_examples', 'reword',
+           'claim_text', 'target_completion', 'pretraining_world', 'pretraining_examples', 'reword',
            'perception_targets', 'perception_loss', 'image_variants', 'pretraining_batch', 'pretrain',
            'spatial_base_key', 'shipped_base', 'spatial_base_path', 'cell_rows', 'cell_report', 'group_diversity']
 
@@ -34,7 +34,7 @@ def _f(default, help: str):
     return field(default_factory=lambda: default, metadata={"help": help}) if isinstance(default, (list, dict, tuple)) \
         else field(default=default, metadata={"help": help})
 
-THINKS = ("claim", "scaffold", "facts", "cues", "none")   # what the <think> of a pretraining target states
+THINKS = ("claim", "facts", "cues", "none")   # what the <think> of a pretraining target states
 
 @dataclass(frozen=True)
 class BaseRecipe:
@@ -53,7 +53,6 @@ class BaseRecipe:
     lr: float = _f(1e-3, "AdamW peak learning rate (linear warm-up, cosine decay)")
     warmup: int = _f(20, "warm-up steps")
     think: str = _f("claim", "'claim': who is closer / left / bigger, then whom the question claims is ('closer 2; closer 1'); "
-                    "'scaffold': the perceived fact, then the question's subject and relation ('2 closer; 1 further'); "
                     "'facts': the fact alone ('object 2 closer'); 'cues': digits of each object's visible cue; 'none'")
     perception_weight: float = _f(1.0, "weight of the dense perception loss on the vision tokens (0: none); its head is discarded")
     perception_steps: int = _f(2000, "steps of the vision-only perception stage before the language model trains (0: none)")
@@ -145,12 +144,6 @@ def fact_text(scene, question: Question) -> str:
     canonical = replace(question, relation=0, order=(first, second))
     return f"object {first if ground_truth(scene, canonical) else second} {FACT_WORDS[question.task]}"
 
-def scaffold_text(scene, question: Question) -> str:
-    "The perceived winner of the canonical relation, then the question's subject and relation word: '2 closer; 1 further'."
-    winner = fact_text(scene, question).split()[1]
-    relation = RELATION_PHRASES[question.task][question.relation].split()[0]
-    return f"{winner} {FACT_WORDS[question.task]}; {question.order[0]} {relation}"
-
 def claim_text(scene, question: Question) -> str:
     "Who is closer / left / bigger (perceived), then whom the question claims is: 'closer 2; closer 1'. Answer: equal digits."
     word, winner = FACT_WORDS[question.task], fact_text(scene, question).split()[1]
@@ -158,11 +151,10 @@ def claim_text(scene, question: Question) -> str:
     return f"{word} {winner}; {word} {claimed}"
 
 def target_completion(scene, question: Question, edges: dict, think: str = "cues") -> str:
-    "The supervised completion: the think (scaffold, canonical fact, cue digits or empty) and the ground truth (Section 4.4)."
+    "The supervised completion: the think (claim, canonical fact, cue digits or empty) and the ground truth (Section 4.4)."
     if think not in THINKS: raise ValueError(f"think must be one of {', '.join(THINKS)}; got {think!r}")
     reasoning = {"cues": lambda: think_text(scene, question, edges), "facts": lambda: fact_text(scene, question),
-                 "scaffold": lambda: scaffold_text(scene, question), "claim": lambda: claim_text(scene, question),
-                 "none": lambda: ""}[think]()
+                 "claim": lambda: claim_text(scene, question), "none": lambda: ""}[think]()
     return f"<think>{reasoning}</think><answer>{ground_truth(scene, question)}</answer>"
 
 # %% ../nbs/24_pretraining.ipynb #e5c4c7f6
