@@ -23,10 +23,11 @@ from .transforms import Transform, apply_transform, sample_transform
 # %% auto #0
 __all__ = ['THINKS', 'CUE_NAMES', 'FACT_WORDS', 'MARKER_CHANNELS', 'PERCEPTION_CHANNELS', 'IMAGE_VARIANTS', 'RECIPE_FILE',
            'EDGES_FILE', 'LOG_FILE', 'SPATIAL_BASES', 'STANDS_IN_FOR', 'SHIPPED_DIR', 'PRETRAINING_VERSION',
-           'BaseRecipe', 'base_config', 'base_processor', 'cue_values', 'cue_edges', 'think_text', 'fact_text',
-           'claim_text', 'match_text', 'target_completion', 'pretraining_world', 'pretraining_examples', 'reword',
-           'perception_targets', 'perception_loss', 'image_variants', 'pretraining_batch', 'logic_batch', 'pretrain',
-           'spatial_base_key', 'shipped_base', 'spatial_base_path', 'cell_rows', 'cell_report', 'group_diversity']
+           'BaseRecipe', 'vision_window', 'base_config', 'base_processor', 'cue_values', 'cue_edges', 'think_text',
+           'fact_text', 'claim_text', 'match_text', 'target_completion', 'pretraining_world', 'pretraining_examples',
+           'reword', 'perception_targets', 'perception_loss', 'image_variants', 'pretraining_batch', 'logic_batch',
+           'pretrain', 'spatial_base_key', 'shipped_base', 'spatial_base_path', 'cell_rows', 'cell_report',
+           'group_diversity']
 
 # %% ../nbs/24_pretraining.ipynb #e03874f6
 def _f(default, help: str):
@@ -75,6 +76,12 @@ class BaseRecipe:
     def to_dict(self) -> dict: return asdict(self)
 
 # %% ../nbs/24_pretraining.ipynb #97c65de0
+def vision_window(max_pixels: int) -> int:
+    "The smallest window (pixels) that holds any image of `max_pixels` whole: one window, no per-window work."
+    # transformers pads every image's merged-token grid to a multiple of the window before it permutes the tokens; a
+    # window of 28 x 1024 pixels padded each 4 x 3 grid to 1024 x 1024 and took 0.36 s of a 0.5 s perception step.
+    return 28 * max(1, max_pixels // (28 * 28))   # an image of n merged tokens is at most n tokens long
+
 def base_config(recipe: BaseRecipe, tokenizer):
     "`Qwen2_5_VLConfig` of `recipe`, with the special-token ids of `tokenizer`."
     from transformers import Qwen2_5_VLConfig
@@ -89,7 +96,7 @@ def base_config(recipe: BaseRecipe, tokenizer):
                 bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
     vision = dict(depth=recipe.vision_depth, hidden_size=recipe.vision_hidden, intermediate_size=2 * recipe.vision_hidden,
                   num_heads=max(1, recipe.vision_hidden // 32), out_hidden_size=recipe.hidden, patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2, window_size=28 * 1024,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=vision_window(recipe.max_pixels),
                   fullatt_block_indexes=list(range(recipe.vision_depth)), tokens_per_second=2)
     return Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True,
                             image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
@@ -355,7 +362,7 @@ SPATIAL_BASES = {
 }
 STANDS_IN_FOR = {"spatial-base-small": "3B", "spatial-base-large": "7B"}
 SHIPPED_DIR = Path(__file__).parent / "weights" if "__file__" in globals() else Path("../consistency_amp/weights")
-PRETRAINING_VERSION = 1   # bump when the pretraining code changes what it builds
+PRETRAINING_VERSION = 2   # bump when the pretraining code changes what it builds (2: match think, logic stage, window)
 
 def spatial_base_key(recipe: BaseRecipe) -> str:
     "Hash of the recipe, the code version and the versions of the libraries that shape the weights."
