@@ -41,15 +41,15 @@ THINKS = ("match", "claim", "facts", "cues", "none")   # what the <think> of a p
 class BaseRecipe:
     "How to pretrain one tiny spatial base: world, model size, image resolution, optimisation and the think format."
     world_seed: int = _f(7919, "seed of the pretraining world (disjoint from the RL and evaluation worlds, seed 0)")
-    images_per_source: int = _f(600, "pretraining images per source (SUN RGB-D and KITTI)")
+    images_per_source: int = _f(300, "pretraining images per source (SUN RGB-D and KITTI)")
     max_per_image: int = _f(3, "questions per image and task")
     hidden: int = _f(128, "language model width")
     layers: int = _f(4, "language model layers")
     heads: int = _f(4, "attention heads (head dim 32)")
-    vision_depth: int = _f(2, "vision tower blocks (all with full attention)")
+    vision_depth: int = _f(4, "vision tower blocks (all with full attention); fewer read less (2: depth only)")
     vision_hidden: int = _f(64, "vision tower width")
-    max_pixels: int = _f(28 * 28 * 48, "image processor's pixel budget: 640x480 -> 224x168, 48 image tokens")
-    steps: int = _f(300, "optimizer steps")
+    max_pixels: int = _f(28 * 28 * 12, "image processor's pixel budget: 640x480 -> 112x84, 12 image tokens")
+    steps: int = _f(200, "steps of the full stage (the whole model, the real prompt with image)")
     batch: int = _f(64, "examples per step")
     lr: float = _f(1e-3, "AdamW peak learning rate (linear warm-up, cosine decay)")
     warmup: int = _f(20, "warm-up steps")
@@ -59,7 +59,7 @@ class BaseRecipe:
     perception_weight: float = _f(1.0, "weight of the dense perception loss on the vision tokens (0: none); its head is discarded")
     perception_steps: int = _f(2000, "steps of the vision-only perception stage before the language model trains (0: none)")
     perception_lr: float = _f(2e-3, "AdamW peak learning rate of the perception stage")
-    logic_steps: int = _f(800, "steps of the text-only logic stage (the question without image or system prompt) before the full one")
+    logic_steps: int = _f(600, "steps of the text-only logic stage (the question without image or system prompt) before the full one")
     seed: int = _f(0, "initialisation and sampling seed")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
@@ -357,8 +357,8 @@ def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
 
 # %% ../nbs/24_pretraining.ipynb #452f3a7f
 SPATIAL_BASES = {
-    "spatial-base-small": BaseRecipe(),
-    "spatial-base-large": BaseRecipe(hidden=192, heads=6, layers=6, vision_depth=3, vision_hidden=96),
+    "spatial-base-small": BaseRecipe(vision_depth=3),
+    "spatial-base-large": BaseRecipe(),
 }
 STANDS_IN_FOR = {"spatial-base-small": "3B", "spatial-base-large": "7B"}
 SHIPPED_DIR = Path(__file__).parent / "weights" if "__file__" in globals() else Path("../consistency_amp/weights")

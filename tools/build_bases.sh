@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Rebuild the shipped spatial bases (issue 8) from their recipes, consistency_amp.pretraining.SPATIAL_BASES:
+#
+#   bash tools/build_bases.sh            # every base, one process and one core each, in parallel
+#   bash tools/build_bases.sh spatial-base-small
+#
+# Each build is deterministic and writes consistency_amp/weights/<name>/ (model, processor, recipe, cue edges, log).
+# Measured 2026-11-23 on the 2-core CI-like machine: about 23 minutes per base, both at once.
+# A folder that exists is kept and the build stops with an error: delete it first to rebuild (nothing is overwritten).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck disable=SC1091
+[ -f .venv/bin/activate ] && [ -z "${VIRTUAL_ENV:-}" ] && . .venv/bin/activate
+names=("$@")
+[ ${#names[@]} -gt 0 ] || mapfile -t names < <(python -c "from consistency_amp.pretraining import SPATIAL_BASES; print(*SPATIAL_BASES, sep='\n')")
+pids=()
+for name in "${names[@]}"; do
+  OMP_NUM_THREADS=1 python - "$name" <<'PY' &
+import sys, torch
+from consistency_amp.pretraining import SHIPPED_DIR, SPATIAL_BASES, pretrain
+name = sys.argv[1]
+if name not in SPATIAL_BASES: sys.exit(f"build_bases: unknown base {name!r}; valid choices: {', '.join(SPATIAL_BASES)}")
+torch.set_num_threads(1)
+print("build_bases: wrote", pretrain(SPATIAL_BASES[name], SHIPPED_DIR / name, progress=sys.stderr.isatty()), flush=True)
+PY
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done   # a failed build fails the script
+exit $status
