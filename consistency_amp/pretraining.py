@@ -26,8 +26,7 @@ __all__ = ['THINKS', 'CUE_NAMES', 'FACT_WORDS', 'MARKER_CHANNELS', 'PERCEPTION_C
            'BaseRecipe', 'vision_window', 'base_config', 'base_processor', 'cue_values', 'cue_edges', 'think_text',
            'fact_text', 'claim_text', 'match_text', 'target_completion', 'pretraining_world', 'pretraining_examples',
            'reword', 'perception_targets', 'perception_loss', 'image_variants', 'pretraining_batch', 'logic_batch',
-           'pretrain', 'spatial_base_key', 'shipped_base', 'spatial_base_path', 'cell_rows', 'cell_report',
-           'group_diversity']
+           'pretrain', 'spatial_base_key', 'shipped_base', 'spatial_base_path']
 
 # %% ../nbs/24_pretraining.ipynb #e03874f6
 def _f(default, help: str):
@@ -391,53 +390,3 @@ def spatial_base_path(name: str, cache_dir=None, progress: bool = True) -> Path:
     if (shipped := shipped_base(name)) is not None: return shipped
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return build_once(root / f"{name}-{spatial_base_key(recipe)}", lambda staging: pretrain(recipe, staging, progress))
-
-# %% ../nbs/24_pretraining.ipynb #9cc6633d
-def cell_rows(examples) -> list[dict]:
-    "Label-free prompt rows of every example under every (relation, order) wording, with the forced question."
-    rows = []
-    for e in examples:
-        image = load_rgb(e.scene)
-        orders = ((2, 3), (3, 2)) if e.task == "relative_distance" else ((1, 2), (2, 1))
-        for relation in (0, 1):
-            for order in orders:
-                q = replace(e.question, relation=relation, order=order)
-                p = make_prompt(e.scene, image, q)
-                rows.append(dict(prompt=p.messages, image=p.image, task=e.task, relation=relation, order=order,
-                                 truth=ground_truth(e.scene, q)))
-    return rows
-
-# %% ../nbs/24_pretraining.ipynb #0ea1c610
-def cell_report(model, processor, examples, batch_size: int = 64, max_new_tokens: int = 32):
-    "Per (task, relation, order): n, greedy accuracy, True rate and format rate on `examples` with forced wordings."
-    import pandas as pd
-    from consistency_amp.evaluation import GreedyDecoder
-    from consistency_amp.tasks import RELATION_PHRASES
-    from consistency_amp.verifiers import parse_answer
-    decoder, rows = GreedyDecoder(model, processor, max_new_tokens), cell_rows(examples)
-    answers = [parse_answer(t, "boolean") for i in range(0, len(rows), batch_size)
-               for t in decoder.complete(rows[i:i + batch_size])]
-    table = pd.DataFrame([dict(task=r["task"], relation=RELATION_PHRASES[r["task"]][r["relation"]], order=str(r["order"]),
-                               correct=a == r["truth"], true=a is True, format=a is not None) for r, a in zip(rows, answers)])
-    return (table.groupby(["task", "relation", "order"]).agg(n=("correct", "size"), accuracy=("correct", "mean"),
-                                                             true_rate=("true", "mean"), format_rate=("format", "mean"))
-            .reset_index())
-
-# %% ../nbs/24_pretraining.ipynb #b8a7ba8b
-def group_diversity(model, processor, examples, K: int = 8, max_new_tokens: int = 32, seed: int = 0) -> dict:
-    "At temperature 1: the format rate of K samples per example and the share of groups holding both answers."
-    from consistency_amp.evaluation import GreedyDecoder
-    from consistency_amp.verifiers import parse_answer
-    decoder, both, parsed, total = GreedyDecoder(model, processor, max_new_tokens), 0, 0, 0
-    torch.manual_seed(seed)
-    for e in examples:
-        p = make_prompt(e.scene, load_rgb(e.scene), e.question)
-        inputs = decoder.inputs([dict(prompt=p.messages, image=p.image)] * K)
-        with torch.inference_mode():
-            out = model.generate(**inputs, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                 max_new_tokens=max_new_tokens, pad_token_id=decoder.pad_token_id)
-        answers = [parse_answer(t, "boolean") for t in
-                   processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)]
-        parsed += sum(a is not None for a in answers); total += K
-        both += {True, False} <= set(answers)
-    return dict(format_rate=parsed / total, both_answers=both / len(examples), groups=len(examples), K=K)
