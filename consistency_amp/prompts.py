@@ -5,7 +5,7 @@
 # %% ../nbs/16_prompts.ipynb #62315ece
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -17,8 +17,9 @@ from .verifiers import SYSTEM_PROMPT
 
 # %% auto #0
 __all__ = ['MARKER_COLORS', 'MARKER_RGB', 'DOT_RADIUS', 'BOX_WIDTH', 'MARKER_PHRASES', 'ANSWER_TYPE', 'LABEL_COLUMNS',
-           'marker_sizes', 'draw_markers', 'object_lines', 'prompt_text', 'prompt_messages', 'Prompt', 'make_prompt',
-           'PromptPair', 'load_rgb', 'use_pillow_block_cache', 'make_prompt_pair', 'pair_rows']
+           'BLIND_GREY', 'marker_sizes', 'draw_markers', 'object_lines', 'prompt_text', 'prompt_messages', 'Prompt',
+           'make_prompt', 'PromptPair', 'load_rgb', 'use_pillow_block_cache', 'make_prompt_pair', 'pair_rows',
+           'blind_prompt_pair']
 
 # %% ../nbs/16_prompts.ipynb #00254609
 MARKER_COLORS = ("red", "blue", "green")                                      # objects 1, 2, 3
@@ -172,3 +173,12 @@ def pair_rows(pairs, include_labels: bool = False) -> list[dict]:
     ids = [pair.pair_id for pair in pairs]
     if len(set(ids)) != len(ids): raise ValueError(f"pair_rows: duplicate pair_id {next(i for i in ids if ids.count(i) > 1)!r}")
     return [row for pair in pairs for row in pair.to_rows(include_labels)]
+
+# %% ../nbs/16_prompts.ipynb #a97af8d5
+BLIND_GREY = (128, 128, 128)
+
+def blind_prompt_pair(example: Example, rng, **kwargs) -> PromptPair:
+    "`make_prompt_pair` with both images replaced by one constant grey image of the same size: the blind control."
+    pair = make_prompt_pair(example, rng, **kwargs)
+    grey = lambda prompt: replace(prompt, image=Image.new("RGB", prompt.image.size, BLIND_GREY))
+    return replace(pair, original=grey(pair.original), augmented=grey(pair.augmented))

@@ -171,6 +171,7 @@ def run_name(params: dict) -> str:
     if params.get("temperature", 1.0) != 1.0: parts.append(f"temp{_number(params['temperature'])}")
     if params.get("beta", 0.0): parts.append(f"beta{_number(params['beta'])}")
     if params.get("label_noise"): parts.append(f"noise{_number(params['label_noise'])}")
+    if params.get("blind"): parts.append("blind")
     if params.get("data_root", "") is None: parts.append("synthetic")
     return check_run_name("_".join(_slug(p) for p in parts))
 

@@ -107,10 +107,11 @@ class TrainParams:
     stop_after: int | None = None       # stop (with a checkpoint) after this many steps; resume later
     report_to: str = "none"             # "none", "tensorboard" or "wandb"
     gradient_checkpointing: bool | None = None   # None: on a GPU yes, on the CPU no
+    blind: bool = False                 # the blind control: every training image replaced by one grey image
     trainer_args: dict | None = None    # further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}
 
     def __post_init__(self):
-        kinds = {"resume": "bool", "overwrite": "bool", "gradient_checkpointing": "optional bool",
+        kinds = {"resume": "bool", "overwrite": "bool", "blind": "bool", "gradient_checkpointing": "optional bool",
                  "data_root": "optional", "run_name": "optional", "runs_dir": "optional", "scale": "optional",
                  "keep_checkpoints": "optional int", "stop_after": "optional int", "trainer_args": "json",
                  "steps": "int", "num_generations": "int", "pairs_per_device": "int", "seed": "int",
@@ -136,7 +137,7 @@ class TrainParams:
                              f"reward={self.reward!r} no label is read: use reward='accuracy' or label_noise=0")
         if self.label_noise > 0 and self.task not in JOINT_TASKS + ("joint",):
             raise ValueError(f"label_noise flips boolean labels; task {self.task!r} is numeric")
-        for name in ("resume", "overwrite"):
+        for name in ("resume", "overwrite", "blind"):
             if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be true or false; got {getattr(self, name)!r}")
         if self.resume and self.overwrite: raise ValueError("resume and overwrite contradict each other: choose one")
         if self.gradient_checkpointing not in (None, True, False):
@@ -295,7 +296,9 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
     try:
         set_seed(params.seed)                     # the LoRA initialisation is random
         model, processor, peft_config = load_for_training(params, config)
+        from consistency_amp.prompts import blind_prompt_pair, make_prompt_pair
         trainer = OTGRPOTrainer(model, config, examples, processing_class=processor, peft_config=peft_config,
+                                make_pair=blind_prompt_pair if params.blind else make_prompt_pair,
                                 callbacks=[run_callback(run_dir, params.steps, params.stop_after)])
         if checkpoint is not None and main: print(f"resuming {run_dir.name} from {checkpoint.name}")
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
@@ -328,7 +331,7 @@ def argument_parser() -> argparse.ArgumentParser:
                    report_to=REPORT_TO_CHOICES)
     for f in fields(TrainParams):
         names = [f"--{f.name}"] + (["-K", "--K"] if f.name == "num_generations" else [])
-        if f.name in ("resume", "overwrite"):
+        if f.name in ("resume", "overwrite", "blind"):
             parser.add_argument(*names, nargs="?", const="true", default=f.default, help=f"{f.name} (flag, or true/false)")
         else:
             parser.add_argument(*names, default=f.default, choices=choices.get(f.name), dest=f.name,
