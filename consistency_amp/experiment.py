@@ -164,7 +164,7 @@ def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tu
     env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     with tqdm(total=len(todo), desc=f"experiment-{config.digest}", unit="job") as bar:
         while queue or running:
-            while queue and len(running) < workers and not (running and ("base", 0) in running):   # the base first
+            while queue and len(running) < workers:
                 job = queue.pop(0); log = logs / f"{run_name_of(*job)}.log"
                 with open(log, "a") as f:
                     running[job] = (subprocess.Popen(_job_command(config, *job, runs_dir), stdout=f, stderr=subprocess.STDOUT, env=env), log, time.time())

@@ -18,7 +18,7 @@ from .registry import NOISE_LEVELS   # Section 5.4: the flipped-label fractions 
 # %% auto #0
 __all__ = ['CONDITIONS', 'METRICS', 'SCIENCE_COLUMNS', 'MONITOR_KEYS', 'check_outcomes', 'condition_means', 'bootstrap',
            'gain_ratio', 'noise_crossover', 'verdict', 'science_table', 'science_markdown', 'write_science',
-           'plot_answer_monitor']
+           'science_summary', 'plot_answer_monitor']
 
 # %% ../nbs/34_science.ipynb #0d14dce7
 CONDITIONS = ("base", "accuracy", "consistency", "consistency_random", "consistency_one_to_all", "blind",
@@ -147,6 +147,29 @@ def write_science(table: pd.DataFrame, out_dir, title: str = "Science table") ->
     write_atomically(csv, lambda tmp: table[list(SCIENCE_COLUMNS)].to_csv(tmp, index=False))
     write_atomically(md, lambda tmp: Path(tmp).write_text(science_markdown(table, title)))
     return csv, md
+
+# %% ../nbs/34_science.ipynb #0e039324
+def _pct(row) -> str:
+    return f"{100 * row.value:.1f}% [{100 * row.low:.1f}, {100 * row.high:.1f}]"
+
+def science_summary(csv) -> str:
+    "One paragraph on the headline claim from a stored `science.csv`: accuracies with 95% intervals, gain ratio, controls."
+    table = pd.read_csv(csv).set_index("metric")
+    if table.loc["base_accuracy"].isna().value: return f"The miniature experiment has not been run yet ({csv} holds no base accuracy)."
+    row = lambda name: table.loc[name] if name in table.index and not pd.isna(table.loc[name, "value"]) else None
+    base, acc, cons, blind, ratio = (row(m) for m in ("base_accuracy", "accuracy_reward_accuracy", "consistency_reward_accuracy",
+                                                      "blind_control_gain", "gain_ratio"))
+    text = f"held-out accuracy of the base {100 * base.value:.1f}% (n = {int(base.n)})"
+    if acc is not None: text += f"; after GRPO with the accuracy reward {_pct(acc)}"
+    if cons is not None: text += f"; with the label-free consistency reward {_pct(cons)}"
+    text += f" (means over {int(max(r.seeds for r in (acc, cons, base) if r is not None))} seeds, 95% bootstrap intervals)."
+    if ratio is not None:
+        text += (f" Gain ratio (consistency - base) / (accuracy - base): {ratio.value:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
+                 f" (paper: 0.83-0.87).")
+    elif acc is not None and acc.value <= base.value:
+        text += " The accuracy reward gained nothing over the base, so the gain ratio is undefined."
+    if blind is not None: text += f" Blind control (grey images): {100 * blind.value:+.1f} pp [{100 * blind.low:+.1f}, {100 * blind.high:+.1f}]."
+    return text
 
 # %% ../nbs/34_science.ipynb #30b1a7d8
 MONITOR_KEYS = {"answers/constant_groups": "groups with one answer", "frac_reward_zero_std": "groups with no reward variance",

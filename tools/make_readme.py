@@ -11,6 +11,14 @@ from nbconvert import MarkdownExporter
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTICE = "<!-- generated from nbs/index.ipynb by tools/make_readme.py: edit the notebook, not this file -->\n\n"
+SCIENCE_MARK = "<!-- science summary -->"   # in nbs/index.ipynb: replaced by the paragraph figures/science.csv supports
+SCIENCE_CSV = ROOT / "figures" / "science.csv"
+
+def science_paragraph() -> str:
+    "The miniature experiment's result in one paragraph, from the stored table (consistency_amp.science.science_summary)."
+    if not SCIENCE_CSV.exists(): return "*The miniature experiment has not been run: `bash tools/reproduce.sh` runs it.*"
+    from consistency_amp.science import science_summary
+    return "**What the miniature shows** (`figures/science.md`, made by `bash tools/reproduce.sh` on a 2-core CPU): " + science_summary(SCIENCE_CSV)
 
 def render() -> str:
     nb = nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4)
@@ -27,6 +35,7 @@ def render() -> str:
     nb.metadata["language_info"] = {"name": "python"}  # fenced code blocks tagged as python
     body, _ = MarkdownExporter(exclude_input_prompt=True, exclude_output_prompt=True).from_notebook_node(nb)
     body = re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
+    if SCIENCE_MARK in body: body = body.replace(SCIENCE_MARK, science_paragraph())
     return NOTICE + body
 
 def main():

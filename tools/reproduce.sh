@@ -2,10 +2,15 @@
 # The project's main job: set up, train and evaluate the runs every paper figure needs, then regenerate the paper's
 # figures and tables into figures/ from the stored results.
 #
-#   bash tools/reproduce.sh                 # the "mini" grid: tiny offline model, synthetic world, CPU, ~5-20 min
+#   bash tools/reproduce.sh                 # the miniature experiment (science table) + the mini grid, CPU, ~25 min
+#   bash tools/reproduce.sh --full          # the experiment with every condition (pairing ablation, label noise)
 #   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
+# * The miniature experiment (python -m consistency_amp.experiment; nbs/35_experiment.ipynb): spatial-base-large
+#   trained with the accuracy and the consistency reward and the blind control, 3 seeds each, evaluated on 300
+#   held-out examples per task; writes figures/science.{md,csv} and figures/science_{accuracy,monitor}.{png,pdf}.
+# * The mini grid: every paper figure's runs at toy size (a pipeline check; its numbers are not the science).
 # * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.
 # * Executes nbs/figures.ipynb with papermill; the executed copy goes to runs/figures/figures-<timestamp>.ipynb
 #   (executed notebooks never land under nbs/), the figures and tables to figures/.
@@ -18,7 +23,16 @@ bash tools/setup.sh
 . tools/env.sh
 
 scale="${SCALE:-mini}"
+full=()
+for arg in "$@"; do
+  case "$arg" in
+    --full) full=(--full) ;;
+    *) echo "reproduce: unknown argument $arg (valid: --full)" >&2; exit 2 ;;
+  esac
+done
 if [ "$scale" = "mini" ]; then
+  echo "reproduce: the miniature experiment (runs in runs/experiment-*/, report in figures/science.*)"
+  python -m consistency_amp.experiment --runs-dir "$repo/runs" --out-dir "$repo/figures" "${full[@]}"
   echo "reproduce: training and evaluating the missing runs of the mini grid (logs in runs/.registry-logs/)"
   python -m consistency_amp.registry launch --scale mini --runs-dir "$repo/runs"
 else
