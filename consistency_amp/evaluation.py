@@ -20,7 +20,7 @@ from .runs import (ADAPTER_DIR, EVAL_DIR, PARAMS_FILE, RUN_NAME_RE, create_run, 
                                   read_run, resolve_path, run_path, utc_now, write_json, write_status)
 from .synthetic import default_world
 from .task_splits import TaskSplit, build_task_splits, split_of
-from .train import TINY_MODEL_NAME, model_size
+from .train import DEFAULT_MODEL_NAME, TINY_MODEL_NAME, model_size
 from .tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from .verifiers import accuracy, consistency, format_reward, parse_answer
 
@@ -71,9 +71,10 @@ def _load_adapter(*args, **kwargs):
     return load_adapter(*args, **kwargs)
 
 def base_model_sizes() -> dict[str, str]:
-    "The base models of the paper by name, with their size ('3B', '7B'), and the tiny stand-in ('tiny')."
+    "The base models by name with the tag their runs carry: the paper's ('3B', '7B'), the tiny ('tiny'), the spatial bases."
     from consistency_amp.models import PAPER_MODELS, TINY_MODEL
-    return {name: size for size, name in PAPER_MODELS.items()} | {TINY_MODEL: "tiny"}
+    from consistency_amp.pretraining import STANDS_IN_FOR
+    return {name: size for size, name in PAPER_MODELS.items()} | {TINY_MODEL: "tiny"} | {name: name for name in STANDS_IN_FOR}
 
 # %% ../nbs/30_evaluation.ipynb #cd6d656b
 def resolve_data_root(data_root=None) -> Path:
@@ -243,7 +244,7 @@ def _check_adapter(adapter) -> None:
     if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
         raise ValueError(f"adapter {os.fspath(adapter)!r} is not an adapter folder: it has no adapter_config.json")
 
-def evaluate(model_or_name=TINY_MODEL_NAME, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
+def evaluate(model_or_name=DEFAULT_MODEL_NAME, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
              data_root=None, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
              consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
              device=None, progress: bool = True, return_records: bool = False):
@@ -342,7 +343,7 @@ def model_run_name(model, adapter=None, kind: str | None = None) -> str:
     if adapter is not None: tag += "-" + model_tag({"model": os.fspath(Path(adapter).resolve())})
     return f"{kind or model_kind(model, adapter)}-{tag}"
 
-def evaluate_model(model=TINY_MODEL_NAME, eval_name: str | None = None, *, adapter=None, run_name: str | None = None,
+def evaluate_model(model=DEFAULT_MODEL_NAME, eval_name: str | None = None, *, adapter=None, run_name: str | None = None,
                    kind: str | None = None, runs_dir=None, overwrite: bool = False, data_root=None, tasks=TASKS,
                    sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                    consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,

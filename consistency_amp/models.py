@@ -147,7 +147,7 @@ AutoProcessor.register("consistency_amp/qwen2_5_vl_image_only", Qwen2_5_VLImageO
 
 # %% ../nbs/20_models.ipynb #f6fe4f00
 TINY_MODEL = "tiny-qwen2.5-vl"  # the name `load_model` resolves to the cached tiny model
-DEFAULT_MODEL = TINY_MODEL
+DEFAULT_MODEL = "spatial-base-large"   # every entry point's default: the pretrained tiny spatial base (nbs/24_pretraining.ipynb)
 TINY_VERSION = 2  # bump when the builder changes: it is part of the cache key (2: full attention in every vision block)
 TINY_TEXT_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, max_position_embeddings=32768, rms_norm_eps=1e-6,

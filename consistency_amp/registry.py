@@ -28,22 +28,20 @@ from .train import PAPER_SETTINGS, TINY_MODEL_NAME
 from .train import model_size as entry_model_size
 
 # %% auto #0
-__all__ = ['SCALES', 'MODEL_SIZES', 'PAPER_MODELS', 'MINI_TINY_SEEDS', 'MINI_MODEL_TAGS', 'SOURCE', 'HELD_OUT_SOURCE', 'REWARDS',
-           'PAIRINGS', 'NOISE_LEVELS', 'DATA_ROOT_PLACEHOLDER', 'SCALE_SETTINGS', 'EXTERNAL_BASELINES',
-           'TRAIN_IDENTITY_KEYS', 'FIGURES', 'RESULT_COLUMNS', 'EXTRA_COLUMNS', 'RATE_FIELDS', 'STATUSES', 'LAUNCHABLE',
-           'STATUS_COLUMNS', 'LAUNCHERS', 'ACCELERATE_CONFIG', 'LOG_DIR', 'check_scale', 'scale_settings',
-           'eval_name_for', 'scale_models', 'model_tags', 'train_spec', 'base_spec', 'external_spec', 'Manifest',
-           'check_figures', 'manifest', 'stand_in_size', 'run_rows', 'results_table', 'write_fixture_run',
-           'fixture_result', 'param_differences', 'eval_gaps', 'spec_status', 'manifest_status', 'status_summary',
-           'missing_runs', 'train_command', 'eval_command', 'run_command', 'launch_missing', 'launcher_lock',
-           'figure_results', 'argument_parser', 'main', 'cli']
+__all__ = ['SCALES', 'MODEL_SIZES', 'PAPER_MODELS', 'SOURCE', 'HELD_OUT_SOURCE', 'REWARDS', 'PAIRINGS', 'NOISE_LEVELS',
+           'DATA_ROOT_PLACEHOLDER', 'SCALE_SETTINGS', 'EXTERNAL_BASELINES', 'TRAIN_IDENTITY_KEYS', 'FIGURES',
+           'RESULT_COLUMNS', 'EXTRA_COLUMNS', 'RATE_FIELDS', 'STATUSES', 'LAUNCHABLE', 'STATUS_COLUMNS', 'LAUNCHERS',
+           'ACCELERATE_CONFIG', 'LOG_DIR', 'check_scale', 'scale_settings', 'eval_name_for', 'scale_models',
+           'model_tags', 'train_spec', 'base_spec', 'external_spec', 'Manifest', 'check_figures', 'manifest',
+           'stand_in_size', 'run_rows', 'results_table', 'write_fixture_run', 'fixture_result', 'param_differences',
+           'eval_gaps', 'spec_status', 'manifest_status', 'status_summary', 'missing_runs', 'train_command',
+           'eval_command', 'run_command', 'launch_missing', 'launcher_lock', 'figure_results', 'argument_parser',
+           'main', 'cli']
 
 # %% ../nbs/31_registry.ipynb #2147c99d
 SCALES = ("mini", "paper")
 MODEL_SIZES = ("3B", "7B")
 PAPER_MODELS = {"3B": "Qwen/Qwen2.5-VL-3B-Instruct", "7B": "Qwen/Qwen2.5-VL-7B-Instruct"}  # = models.PAPER_MODELS
-MINI_TINY_SEEDS = {"7B": 0, "3B": 1}                  # tiny_model_path(seed) standing in for each paper size
-MINI_MODEL_TAGS = {"7B": "tiny", "3B": "tiny-seed1"}  # how run names call the two tiny models
 SOURCE, HELD_OUT_SOURCE = "SUNRGBD", "KITTI"          # every model trains on SUN RGB-D; KITTI is held out
 REWARDS = ("accuracy", "consistency")
 PAIRINGS = ("minimal", "random", "one_to_all")
@@ -85,14 +83,14 @@ def eval_name_for(max_examples: int | None) -> str:
 
 # %% ../nbs/31_registry.ipynb #9231baf3
 def scale_models(scale: str) -> dict[str, str]:
-    "The model standing for each paper size ('3B', '7B') at `scale`: Hub ids, or the tiny models (seed 0 for 7B, 1 for 3B)."
+    "The model standing for each paper size ('3B', '7B') at `scale`: Hub ids, or the pretrained spatial bases."
     if check_scale(scale) == "paper": return dict(PAPER_MODELS)
-    from consistency_amp.models import TINY_MODEL, tiny_model_path
-    return {size: TINY_MODEL if seed == 0 else str(tiny_model_path(seed)) for size, seed in MINI_TINY_SEEDS.items()}
+    from consistency_amp.pretraining import STANDS_IN_FOR   # spatial-base-large for 7B, spatial-base-small for 3B
+    return {size: name for name, size in STANDS_IN_FOR.items()}
 
 def model_tags(scale: str) -> dict[str, str]:
-    "How run names call each size's model at `scale`: '7B', or 'tiny' / 'tiny-seed1' for the stand-ins."
-    return {s: s for s in MODEL_SIZES} if check_scale(scale) == "paper" else dict(MINI_MODEL_TAGS)
+    "How run names call each size's model at `scale`: '7B', or the stand-in's name ('spatial-base-large')."
+    return {s: s for s in MODEL_SIZES} if check_scale(scale) == "paper" else scale_models(scale)
 
 # %% ../nbs/31_registry.ipynb #f2cf4f37
 EXTERNAL_BASELINES = {  # Figure 5: released checkpoints, evaluated without fine-tuning (Section 5.1)
@@ -271,18 +269,13 @@ RESULT_COLUMNS = ("run", "kind", "model", "model_size", "train_task", "train_sou
                   "format_rate", "unparseable_rate", "self_consistency", "complete")
 EXTRA_COLUMNS = ("stands_in_for", "state", "missing", "problems", "path")
 RATE_FIELDS = ("accuracy", "format_rate", "unparseable_rate", "self_consistency")
-_TINY_FOLDER = re.compile(re.escape(TINY_MODEL_NAME) + r"-[0-9a-f]{16}")
-
 @cache
 def _mini_stand_ins() -> dict[str, str]:
     return {Path(model).name: size for size, model in scale_models("mini").items()}
 
 def stand_in_size(model) -> str | None:
-    "The paper size a mini tiny model stands in for ('7B' for the default tiny model, '3B' for seed 1), else None."
-    if not isinstance(model, str): return None
-    if model == TINY_MODEL_NAME: return _mini_stand_ins().get(model)
-    if _TINY_FOLDER.fullmatch(Path(model).name): return _mini_stand_ins().get(Path(model).name)
-    return None
+    "The paper size a mini stand-in stands in for ('7B' for spatial-base-large, '3B' for spatial-base-small), else None."
+    return _mini_stand_ins().get(model) if isinstance(model, str) else None
 
 def _rate(value, where: str, problems: list) -> float:
     if value is None: return math.nan

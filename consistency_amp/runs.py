@@ -25,13 +25,13 @@ from .files import repo_root, resolve_path, write_atomically   # runs.repo_root/
 # %% auto #0
 __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADAPTER_DIR', 'CHECKPOINTS_DIR', 'EVAL_DIR',
            'ADAPTER_WEIGHTS', 'ADAPTER_CONFIG', 'RUN_KINDS', 'RUN_STATES', 'PARAM_KEYS', 'TRAIN_REQUIRED_KEYS',
-           'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'OPERATIONAL_KEYS', 'CHECKPOINT_RE',
-           'TRAINER_STATE_FILE', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'RUN_FILES', 'runs_dir',
-           'utc_now', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl', 'truncate_train_log',
-           'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag', 'run_name', 'run_path',
-           'write_status', 'create_run', 'checkpoints', 'checkpoint_step', 'last_checkpoint', 'is_step_log',
-           'train_log_record', 'TrainLogWriter', 'run_callback_class', 'run_callback', 'RunRecord', 'read_run',
-           'list_runs']
+           'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'OPERATIONAL_KEYS', 'LATER_PARAMS',
+           'CHECKPOINT_RE', 'TRAINER_STATE_FILE', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'RUN_FILES',
+           'runs_dir', 'utc_now', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl',
+           'truncate_train_log', 'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag',
+           'run_name', 'run_path', 'write_status', 'create_run', 'checkpoints', 'checkpoint_step', 'last_checkpoint',
+           'is_step_log', 'train_log_record', 'TrainLogWriter', 'run_callback_class', 'run_callback', 'RunRecord',
+           'read_run', 'list_runs']
 
 # %% ../nbs/22_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -244,12 +244,14 @@ def create_run(name: str, params: dict, overwrite: bool = False, resume: bool = 
         if staging.exists(): shutil.rmtree(staging, ignore_errors=True)
     return path
 
+LATER_PARAMS = {"blind": False}   # training parameters added after runs were first written: absent means this value
+
 def _resume_run(path: Path, params: dict) -> Path:
     if not (path / PARAMS_FILE).is_file():
         raise ValueError(f"cannot resume {path}: it has no {PARAMS_FILE} (not a run folder?); use overwrite=True "
                          "to replace it")
     stored = read_json(path / PARAMS_FILE)
-    old, new = _experiment(stored), _experiment(jsonable(params))
+    old, new = LATER_PARAMS | _experiment(stored), LATER_PARAMS | _experiment(jsonable(params))
     if diff := sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)):
         detail = "; ".join(f"{k}: stored {old.get(k)!r}, given {new.get(k)!r}" for k in diff)
         raise ValueError(f"cannot resume {path} with different parameters ({detail}). Resume with the stored "

@@ -26,9 +26,9 @@ from .tasks import BOOLEAN_TASKS, TASKS
 
 # %% auto #0
 __all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'REWARD_CHOICES', 'PAIRING_CHOICES', 'SOURCE_CHOICES', 'REPORT_TO_CHOICES',
-           'TINY_MODEL_NAME', 'PAPER_SETTINGS', 'PAPER_MODEL_SIZES', 'model_size', 'TrainParams', 'as_params',
-           'world_size', 'start_run', 'train_examples', 'trainer_config', 'save_final_adapter', 'load_for_training',
-           'cpu_threads', 'train_run', 'run_training', 'argument_parser', 'parse_args', 'main']
+           'TINY_MODEL_NAME', 'DEFAULT_MODEL_NAME', 'PAPER_SETTINGS', 'PAPER_MODEL_SIZES', 'model_size', 'TrainParams',
+           'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config', 'save_final_adapter',
+           'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser', 'parse_args', 'main']
 
 # %% ../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -37,7 +37,8 @@ REWARD_CHOICES = ("consistency", "accuracy")          # consistency_amp.trainer.
 PAIRING_CHOICES = ("minimal", "random", "one_to_all")  # consistency_amp.pairing.STRATEGIES
 SOURCE_CHOICES = OMNI3D_SOURCES
 REPORT_TO_CHOICES = ("none", "tensorboard", "wandb")
-TINY_MODEL_NAME = "tiny-qwen2.5-vl"                    # consistency_amp.models.TINY_MODEL (= DEFAULT_MODEL)
+TINY_MODEL_NAME = "tiny-qwen2.5-vl"                    # consistency_amp.models.TINY_MODEL: random weights
+DEFAULT_MODEL_NAME = "spatial-base-large"             # consistency_amp.models.DEFAULT_MODEL: the pretrained spatial base
 PAPER_SETTINGS = dict(steps=500, num_generations=8, pairs_per_device=4, learning_rate=1e-6, temperature=1.0, beta=0.0,
                       max_completion_length=512, save_steps=50)
 PAPER_MODEL_SIZES = ("3B", "7B")
@@ -86,7 +87,7 @@ class TrainParams:
     source: str = "SUNRGBD"             # training source (the paper trains on SUN RGB-D)
     reward: str = "consistency"         # "consistency" (label-free, paired) or "accuracy" (ground truth)
     pairing: str = "minimal"            # "minimal" (OT-GRPO), "random" or "one_to_all"
-    model: str = TINY_MODEL_NAME        # Hub id, local directory, or the offline tiny model
+    model: str = DEFAULT_MODEL_NAME     # Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)
     data_root: str | None = None        # Omni3D root; None = the built-in synthetic world
     steps: int = 5                      # optimizer steps (paper: 500)
     num_generations: int = 4            # K, completions per prompt (paper: 8)

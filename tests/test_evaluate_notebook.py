@@ -43,10 +43,10 @@ def test_notebook_is_skipped_by_nbdev_parametrised_and_stored_unexecuted():
 
 def test_defaults_write_the_contract_file(executed):
     tmp, runs, _ = executed
-    assert sorted(p.name for p in runs.iterdir()) == ["base-tiny"]
-    assert sorted(p.name for p in (runs / "base-tiny" / "eval").iterdir()) == ["test-first4.json"]
-    stored = json.loads((runs / "base-tiny" / "eval" / "test-first4.json").read_text())
-    assert (stored["run"], stored["model"], stored["split"], stored["data_root"]) == ("base-tiny", "tiny-qwen2.5-vl", "test", None)
+    assert sorted(p.name for p in runs.iterdir()) == ["base-spatial-base-large"]
+    assert sorted(p.name for p in (runs / "base-spatial-base-large" / "eval").iterdir()) == ["test-first4.json"]
+    stored = json.loads((runs / "base-spatial-base-large" / "eval" / "test-first4.json").read_text())
+    assert (stored["run"], stored["model"], stored["split"], stored["data_root"]) == ("base-spatial-base-large", "spatial-base-large", "test", None)
     assert stored["decoding"]["greedy"] is True and stored["max_examples"] == 4 and stored["consistency_samples"] == 1
     assert [(r["task"], r["source"]) for r in stored["results"]] == [(t, s) for t in TASKS for s in ("SUNRGBD", "KITTI")]
     for row in stored["results"]:
@@ -68,11 +68,11 @@ def test_executed_notebook_shows_table_and_chart(executed):
 
 def test_existing_evaluation_is_not_overwritten(executed, monkeypatch):
     tmp, runs, _ = executed
-    before = (runs / "base-tiny" / "eval" / "test-first4.json").read_bytes()
+    before = (runs / "base-spatial-base-large" / "eval" / "test-first4.json").read_bytes()
     monkeypatch.setenv("CONSISTENCY_AMP_RUNS", str(runs))       # the runs folder from the environment this time
     with pytest.raises(pm.PapermillExecutionError, match="never overwritten silently"):
-        execute(tmp, "again", run="base-tiny")
-    assert (runs / "base-tiny" / "eval" / "test-first4.json").read_bytes() == before
+        execute(tmp, "again", run="base-spatial-base-large")
+    assert (runs / "base-spatial-base-large" / "eval" / "test-first4.json").read_bytes() == before
 
 
 @pytest.mark.parametrize("parameters, message", [

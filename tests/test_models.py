@@ -27,9 +27,9 @@ def cache(tmp_path_factory):
 SCRIPT = """
 import json, numpy as np, torch
 from PIL import Image
-from consistency_amp.models import DEFAULT_MODEL, load_model, count_parameters, lora_module_names
+from consistency_amp.models import TINY_MODEL, load_model, count_parameters, lora_module_names
 from consistency_amp.verifiers import SYSTEM_PROMPT
-model, processor = load_model(DEFAULT_MODEL)
+model, processor = load_model(TINY_MODEL)
 image = Image.fromarray(np.full((64, 96, 3), 127, dtype=np.uint8))
 messages = [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
             {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "Is object 1 bigger than object 2?"}]}]
@@ -44,7 +44,7 @@ print(json.dumps({"base": type(model.get_base_model()).__name__, "processor": ty
 """
 
 
-def test_default_model_loads_in_fresh_process(cache):
+def test_tiny_model_builds_and_loads_in_fresh_process(cache):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=cache, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -112,17 +112,17 @@ def _grpo_dataset():
 def test_grpo_trains_only_language_lora(cache, tmp_path, route):
     "TRL 1.16's GRPOTrainer accepts the tiny model and its processor; one step moves LoRA weights only."
     from trl import GRPOConfig, GRPOTrainer
-    from consistency_amp.models import count_parameters, load_model, lora_config
+    from consistency_amp.models import TINY_MODEL, count_parameters, load_model, lora_config
     def reward(completions, **kwargs): return [float(len(c[0]["content"]) % 3) for c in completions]
     args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
                       max_completion_length=6, report_to="none", use_cpu=True, bf16=False, save_strategy="no",
                       learning_rate=1e-2, seed=0)
     if route == "peft_config":  # what the trainer does: plain model + peft_config, processor from AutoProcessor
-        model, _ = load_model(lora=False)
+        model, _ = load_model(TINY_MODEL, lora=False)
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=_grpo_dataset(),
                               peft_config=lora_config())
     else:  # the LoRA-wrapped model and its processor from load_model
-        model, processor = load_model()
+        model, processor = load_model(TINY_MODEL)
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=_grpo_dataset(),
                               processing_class=processor)
     assert type(trainer.processing_class).__name__ == "Qwen2_5_VLImageOnlyProcessor" and trainer._is_vlm

@@ -223,7 +223,7 @@ def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path)
     # a run interrupted before its first step: the launcher must resume it in place
     create_run(train["name"], params_of(train), runs=tmp_path)
     status = {s["name"]: s["status"] for s in missing_runs("mini", tmp_path, manifest_=m, figures="appendix_c")}
-    assert status == {train["name"]: "incomplete", "base-tiny": "missing"}
+    assert status == {train["name"]: "incomplete", "base-spatial-base-large": "missing"}
 
     out = io.StringIO()
     done = launch_missing("mini", tmp_path, figures="appendix_c", progress=False, file=out, **small)
@@ -234,7 +234,7 @@ def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path)
     assert len(record.params["resumed_at"]) == 1                  # continued, not recreated
     ev = record.evals["test-first1"]
     assert {(r["task"], r["source"]) for r in ev["results"]} == {(t, s) for t in BOOLEAN_TASKS for s in ("SUNRGBD", "KITTI")}
-    base = read_run(tmp_path / "base-tiny")
+    base = read_run(tmp_path / "base-spatial-base-large")
     assert base.complete and base.kind == "base" and len(base.evals["test-first1"]["results"]) == 12
     table = results_table(tmp_path)
     assert table.complete.sum() == 8 + 12 and set(table.stands_in_for) == {"7B"}
@@ -250,4 +250,4 @@ def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path)
     assert any(e["task"] == "depth" and e["source"] == "SUNRGBD" for e in ev["examples"])   # Appendix C's records
     # the same runs serve Figure 3 (the base and the depth run): complete there too, the others missing
     f3 = manifest_status("mini", tmp_path, manifest_=m, figures="figure_3").set_index("run").status
-    assert f3[[train["name"], "base-tiny"]].tolist() == ["complete", "complete"] and (f3 == "missing").sum() == 7
+    assert f3[[train["name"], "base-spatial-base-large"]].tolist() == ["complete", "complete"] and (f3 == "missing").sum() == 7

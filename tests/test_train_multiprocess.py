@@ -20,7 +20,7 @@ from consistency_amp.runs import ADAPTER_WEIGHTS, REQUIRED_LOG_FIELDS, read_json
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ["--task", "depth", "--steps", "2", "-K", "2", "--pairs_per_device", "1", "--max_completion_length", "8",
          "--save_steps", "0"]
-NAME = "depth_consistency-minimal_tiny_T2_K2_ppd1_lr1e-6_seed0_synthetic"
+NAME = "depth_consistency-minimal_spatial-base-large_T2_K2_ppd1_lr1e-6_seed0_synthetic"
 
 
 def environment():

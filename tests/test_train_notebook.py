@@ -72,11 +72,11 @@ def test_notebook_is_skipped_by_nbdev_parametrised_and_stored_unexecuted():
 
 def test_run_folder_is_complete(executed):
     tmp, runs, run, executed_nb = executed
-    assert run.name == "depth_consistency-minimal_tiny_T3_K2_ppd1_lr1e-6_seed0_synthetic"
+    assert run.name == "depth_consistency-minimal_spatial-base-large_T3_K2_ppd1_lr1e-6_seed0_synthetic"
     params = read_json(run / "params.json")
     assert set(PARAM_KEYS) <= set(params)
     assert (params["kind"], params["task"], params["num_generations"], params["steps"], params["data_root"],
-            params["model_size"], params["scale"]) == ("train", "depth", 2, 3, None, "tiny", "mini")
+            params["model_size"], params["scale"]) == ("train", "depth", 2, 3, None, None, "mini")
     assert params["versions"]["trl"] and params["versions"]["torch"] and params["created_at"]
     assert "git_commit" in params
     status = read_json(run / "status.json")

@@ -22,6 +22,13 @@ bash tools/setup.sh
 # shellcheck disable=SC1091
 . tools/env.sh
 
+stamp="$(date +%Y%m%d-%H%M%S)"
+mkdir -p runs/figures figures
+executed="runs/figures/figures-${stamp}.ipynb"
+started="runs/figures/.started-${stamp}"
+touch "$started"
+trap 'rm -f "$started"' EXIT
+
 scale="${SCALE:-mini}"
 full=()
 for arg in "$@"; do
@@ -40,17 +47,12 @@ else
   python -m consistency_amp.registry launch --scale "$scale" --runs-dir "$repo/runs" --print ${OMNI3D_ROOT:+--data-root "$OMNI3D_ROOT"}
 fi
 
-stamp="$(date +%Y%m%d-%H%M%S)"
-mkdir -p runs/figures figures
-executed="runs/figures/figures-${stamp}.ipynb"
-started="runs/figures/.started-${stamp}"
-touch "$started"
-trap 'rm -f "$started"' EXIT
 
 echo "reproduce: executing nbs/figures.ipynb -> $executed"
 papermill -k python3 --cwd "$repo/nbs" nbs/figures.ipynb "$executed" \
   -p out_dir "$repo/figures" -p runs_dir "$repo/runs" -p scale "$scale"
 
+python tools/make_readme.py   # the README's first-screen paragraph is generated from figures/science.csv
 echo "reproduce: executed notebook $repo/$executed"
 echo "reproduce: wrote"
-find figures -type f -newer "$started" -print | sort | sed "s|^|  $repo/|"
+find figures README.md -type f -newer "$started" -print | sort | sed "s|^|  $repo/|"
