@@ -38,10 +38,18 @@ for arg in "$@"; do
   esac
 done
 if [ "$scale" = "mini" ]; then
+  # The mini grid is small and one-threaded: it runs beside the experiment and fills the cores the experiment's last
+  # jobs leave idle.
+  mkdir -p runs/.registry-logs
+  grid_log="runs/.registry-logs/launch-${stamp}.log"
+  echo "reproduce: training and evaluating the missing runs of the mini grid in the background (log $grid_log)"
+  OMP_NUM_THREADS=1 python -m consistency_amp.registry launch --scale mini --runs-dir "$repo/runs" > "$grid_log" 2>&1 &
+  grid=$!
+  trap 'rm -f "$started"; kill "$grid" 2>/dev/null || true' EXIT
   echo "reproduce: the miniature experiment (runs in runs/experiment-*/, report in figures/science.*)"
   python -m consistency_amp.experiment --runs-dir "$repo/runs" --out-dir "$repo/figures" "${full[@]}"
-  echo "reproduce: training and evaluating the missing runs of the mini grid (logs in runs/.registry-logs/)"
-  python -m consistency_amp.registry launch --scale mini --runs-dir "$repo/runs"
+  if ! wait "$grid"; then tail -n 30 "$grid_log" >&2; echo "reproduce: the mini grid failed (log $grid_log)" >&2; exit 1; fi
+  tail -n 3 "$grid_log"
 else
   echo "reproduce: the missing $scale-scale runs; run these on your cluster, then run this script again"
   python -m consistency_amp.registry launch --scale "$scale" --runs-dir "$repo/runs" --print ${OMNI3D_ROOT:+--data-root "$OMNI3D_ROOT"}
