@@ -205,7 +205,7 @@ def task_intervals(data: dict[str, np.ndarray], tasks: list[str], resamples: int
     return rows
 
 # %% ../nbs/35_experiment.ipynb #df084488
-CONDITION_COLOURS = {"base": "0.55", "accuracy": "#1f77b4", "consistency": "#d62728", "blind": "#7f7f7f",
+CONDITION_COLOURS = {"base": "0.55", "accuracy": "#1f77b4", "consistency": "#d62728", "blind": "#9467bd",
                      "consistency_random": "#ff9896", "consistency_one_to_all": "#e377c2"}
 
 def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
@@ -253,7 +253,7 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
     paths = list(write_science(table, out, title=f"Science table (miniature: {scale})"))
     print(science_markdown(table, "Science table"))
     figures = {"science_accuracy": plot_task_accuracy(task_intervals(data, tasks, resamples // 2), f"Held-out accuracy ({config.model})"),
-               "science_monitor": plot_answer_monitor(train_logs(config, runs_dir=runs_dir), "Reward-hacking monitor (consistency-trained runs)")}
+               "science_monitor": plot_answer_monitor(train_logs(config, runs_dir=runs_dir), "Reward-hacking monitor (consistency-trained runs)", smooth=10)}
     for name, fig in figures.items():
         for ext in ("png", "pdf"):
             fig.savefig(out / f"{name}.{ext}", dpi=150, bbox_inches="tight"); paths.append(out / f"{name}.{ext}")

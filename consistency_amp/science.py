@@ -98,8 +98,10 @@ def verdict(claim, value: float, low: float, high: float) -> str:
     "Plain-words verdict of a metric's claim: reproduced / not reproduced / passes / fails, and how sure."
     if claim is None or value is None or (isinstance(value, float) and math.isnan(value)): return ""
     kind, threshold = claim
-    if kind == "noise":
-        return "passes (interval reaches 0)" if low <= threshold else f"FAILS: gain {value:+.3f} beyond noise"
+    if kind == "noise":   # a control passes when accuracy does not rise beyond noise
+        if low > threshold: return f"FAILS: gain {value:+.3f} beyond noise"
+        if high < threshold: return f"passes (no gain: accuracy fell, {value:+.3f}, beyond noise)"
+        return "passes (interval reaches 0)"
     ok = value >= threshold if kind == ">=" else value <= threshold
     inside = not (math.isnan(low) or math.isnan(high)) and low <= threshold <= high
     word = "reproduced" if ok else "NOT reproduced"
@@ -119,7 +121,8 @@ def science_table(outcomes: Mapping[str, Sequence], resamples: int = 2000, seed:
             continue
         value, low, high = bootstrap({k: data[k] for k in needs}, statistic, resamples, seed)
         rows.append(dict(metric=name, value=value, low=low, high=high, n=data[needs[0]].shape[1],
-                         seeds=min(len(data[k]) for k in needs), paper=paper, verdict=verdict(claim, value, low, high)))
+                         seeds=max(len(data[k]) for k in needs),   # the base is evaluated once (greedy)
+                         paper=paper, verdict=verdict(claim, value, low, high)))
     table = pd.DataFrame(rows, columns=list(SCIENCE_COLUMNS) + ["paper", "verdict"])
     table["n"], table["seeds"] = table["n"].astype("Int64"), table["seeds"].astype("Int64")
     return table
@@ -135,7 +138,7 @@ def science_markdown(table: pd.DataFrame, title: str = "Science table") -> str:
     lines = [f"# {title}", "", "| metric | value [95% interval] | n | seeds | paper | verdict |", "|---|---|---|---|---|---|"]
     for r in table.itertuples():
         n, seeds = ("" if pd.isna(v) else int(v) for v in (r.n, r.seeds))
-        lines.append(f"| `{r.metric}` | {_cell(r.value, r.low, r.high)} | {n} | {seeds} | {r.paper or ''} | {r.verdict} |")
+        lines.append(f"| `{r.metric}` | {_cell(r.value, r.low, r.high)} | {n} | {seeds} | {'' if pd.isna(r.paper) else r.paper} | {r.verdict} |")
     return "\n".join(lines) + "\n"
 
 # %% ../nbs/34_science.ipynb #dbf60c62
@@ -165,7 +168,8 @@ def science_summary(csv) -> str:
     text += f" (means over {int(max(r.seeds for r in (acc, cons, base) if r is not None))} seeds, 95% bootstrap intervals)."
     if ratio is not None:
         text += (f" Gain ratio (consistency - base) / (accuracy - base): {ratio.value:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
-                 f" (paper: 0.83-0.87).")
+                 f" (paper: 0.83-0.87): the paper's claim {'reproduces' if round(ratio.value, 3) >= 0.8 else 'does NOT reproduce'} here.")
+        if acc.low <= base.value: text += " The accuracy reward's own gain is within noise, so the ratio is unstable."
     elif acc is not None and acc.value <= base.value:
         text += " The accuracy reward gained nothing over the base, so the gain ratio is undefined."
     if blind is not None: text += f" Blind control (grey images): {100 * blind.value:+.1f} pp [{100 * blind.low:+.1f}, {100 * blind.high:+.1f}]."
@@ -175,15 +179,21 @@ def science_summary(csv) -> str:
 MONITOR_KEYS = {"answers/constant_groups": "groups with one answer", "frac_reward_zero_std": "groups with no reward variance",
                 "answers/true_rate": "True rate of the answers"}
 
-def plot_answer_monitor(train_logs: Mapping[str, Sequence[dict]], title: str = "Reward-hacking monitor"):
-    "One panel per `MONITOR_KEYS` entry, one line per run (label -> its train_log.jsonl records); the figure."
+def plot_answer_monitor(train_logs: Mapping[str, Sequence[dict]], title: str = "Reward-hacking monitor", smooth: int = 1):
+    "One panel per `MONITOR_KEYS` entry, one line per run (label -> its train_log.jsonl records), a `smooth`-step running mean."
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(MONITOR_KEYS), figsize=(4 * len(MONITOR_KEYS), 3), sharex=True)
     for ax, (key, label) in zip(axes, MONITOR_KEYS.items()):
-        for run, records in train_logs.items():
+        for i, (run, records) in enumerate(train_logs.items()):
             points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-            if points: ax.plot(*zip(*points), marker=".", label=run)
-        ax.set(title=label, xlabel="step", ylim=(-0.02, 1.02))
+            if not points: continue
+            steps, values = map(np.asarray, zip(*points))
+            if smooth > 1:   # a few groups per step make each point noisy: the raw points faint, their running mean
+                ax.plot(steps, values, ".", color=f"C{i}", alpha=0.25, ms=3)
+                values = np.convolve(values, np.ones(smooth), "valid") / smooth
+                steps = steps[smooth - 1:]
+            ax.plot(steps, values, "-" if smooth > 1 else ".-", color=f"C{i}", label=run)
+        ax.set(title=label + (f" ({smooth}-step mean)" if smooth > 1 else ""), xlabel="step", ylim=(-0.02, 1.02))
     axes[-1].axhline(0.5, color="grey", lw=0.8, ls=":")                   # balanced answers
     axes[0].legend(fontsize=7)
     fig.suptitle(title); fig.tight_layout()
