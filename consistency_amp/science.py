@@ -188,11 +188,12 @@ def plot_answer_monitor(train_logs: Mapping[str, Sequence[dict]], title: str = "
             points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
             if not points: continue
             steps, values = map(np.asarray, zip(*points))
-            if smooth > 1:   # a few groups per step make each point noisy: the raw points faint, their running mean
+            window = min(smooth, len(values))          # a run shorter than the window: its mean over all steps
+            if window > 1:   # a few groups per step make each point noisy: the raw points faint, their running mean
                 ax.plot(steps, values, ".", color=f"C{i}", alpha=0.25, ms=3)
-                values = np.convolve(values, np.ones(smooth), "valid") / smooth
-                steps = steps[smooth - 1:]
-            ax.plot(steps, values, "-" if smooth > 1 else ".-", color=f"C{i}", label=run)
+                values = np.convolve(values, np.ones(window), "valid") / window
+                steps = steps[window - 1:]
+            ax.plot(steps, values, "-" if window > 1 else ".-", color=f"C{i}", label=run)
         ax.set(title=label + (f" ({smooth}-step mean)" if smooth > 1 else ""), xlabel="step", ylim=(-0.02, 1.02))
     axes[-1].axhline(0.5, color="grey", lw=0.8, ls=":")                   # balanced answers
     axes[0].legend(fontsize=7)
