@@ -1,0 +1,39 @@
+"""The base on x' = T(x): python benchmarks/pretraining_probes/transformed_accuracy.py [N_PER_TASK] [DRAWS]
+On the first N held-out test questions per task of the miniature experiment's world, DRAWS sampled transformations
+each (the training sampler, `prompts.make_prompt_pair`): greedy accuracy on x and on x', and the greedy agreement rate
+phi_T(answer(x)) == answer(x'), split by which image / question transformation T applied."""
+import sys, json
+from collections import defaultdict
+import numpy as np, torch
+from consistency_amp.experiment import ExperimentConfig, world_config, SOURCE
+from consistency_amp.evaluation import GreedyDecoder, held_out_examples
+from consistency_amp.models import load_model
+from consistency_amp.prompts import make_prompt_pair
+from consistency_amp.synthetic import default_world
+from consistency_amp.tasks import BOOLEAN_TASKS
+from consistency_amp.transforms import phi
+from consistency_amp.verifiers import parse_answer
+torch.set_num_threads(1)
+n, draws = (int(a) for a in (sys.argv[1:] + ["50", "2"])[:2])
+model, processor = load_model("spatial-base-large", lora=False)
+model.eval(); decoder = GreedyDecoder(model, processor, 24)
+examples = held_out_examples(default_world(world_config(ExperimentConfig())), BOOLEAN_TASKS, (SOURCE,), n)
+rows = []
+for (task, _), group in examples.items():
+    for i, e in enumerate(group):
+        for d in range(draws):
+            pair = make_prompt_pair(e, np.random.default_rng([7, d, i]))
+            texts = decoder.complete([dict(prompt=p.messages, image=p.image) for p in (pair.original, pair.augmented)])
+            a, b = (parse_answer(t, "boolean") for t in texts)
+            T = pair.transform
+            kinds = [k for k, on in (("flip", T.flip), ("crop", T.crop is not None), ("jitter", T.jitter is not None),
+                                     ("relation_swap", T.relation_swap), ("order_swap", T.order_swap)) if on]
+            rows.append(dict(task=task, kinds=kinds, x=a == pair.ground_truth, x_prime=b == pair.ground_truth_augmented,
+                             agree=a is not None and b is not None and phi(pair.relation, a) == b))
+by = defaultdict(list)
+for r in rows:
+    by[(r["task"], "all")].append(r)
+    for k in r["kinds"]: by[(r["task"], k)].append(r)
+print(f"{'task':18} {'T contains':14} {'n':>4} {'acc x':>6} {'acc xp':>6} {'agree':>6}")
+for (task, kind), rs in sorted(by.items()):
+    print(f"{task:18} {kind:14} {len(rs):4d} {np.mean([r['x'] for r in rs]):6.3f} {np.mean([r['x_prime'] for r in rs]):6.3f} {np.mean([r['agree'] for r in rs]):6.3f}")
