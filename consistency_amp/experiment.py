@@ -17,15 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .registry import NOISE_LEVELS                 # Section 5.4: the flipped-label fractions
+from .registry import NOISE_LEVELS, SOURCE         # Section 5.4: the flipped-label fractions; SUN RGB-D
 from .science import CONDITIONS, check_outcomes
 from .synthetic import SyntheticConfig
 from .tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['HEADLINE_CONDITIONS', 'FULL_CONDITIONS', 'SOURCE', 'CONDITION_OVERRIDES', 'EVAL_NAME', 'CONDITION_COLOURS',
-           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file', 'run_job',
-           'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals', 'plot_task_accuracy', 'train_logs', 'report',
+__all__ = ['HEADLINE_CONDITIONS', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVAL_NAME', 'CONDITION_COLOURS', 'ExperimentConfig',
+           'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file', 'run_job', 'jobs',
+           'missing_jobs', 'launch', 'outcomes', 'task_intervals', 'plot_task_accuracy', 'train_logs', 'report',
            'argument_parser', 'main']
 
 # %% ../nbs/35_experiment.ipynb #adcb36d4
@@ -34,7 +34,6 @@ def _f(default, help: str): return field(default=default, metadata={"help": help
 HEADLINE_CONDITIONS = ("base", "accuracy", "consistency", "blind")
 FULL_CONDITIONS = HEADLINE_CONDITIONS + ("consistency_random", "consistency_one_to_all") + tuple(
     f"accuracy_noise{p:g}" for p in NOISE_LEVELS)
-SOURCE = "SUNRGBD"                                   # the paper trains and tests on SUN RGB-D
 
 @dataclass(frozen=True)
 class ExperimentConfig:
@@ -69,7 +68,8 @@ class ExperimentConfig:
             raise ValueError(f"ExperimentConfig.conditions: unknown {bad}; valid choices: {', '.join(FULL_CONDITIONS)}")
         if bad := [s for s in self.seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]:
             raise ValueError(f"ExperimentConfig.seeds must be non-negative integers; got {bad}")
-        if self.world_seed in (self.val_world_seed, 7919):
+        from consistency_amp.pretraining import BaseRecipe   # the pretraining world's seed is the recipe's
+        if self.world_seed in (self.val_world_seed, BaseRecipe().world_seed):
             raise ValueError(f"ExperimentConfig.world_seed {self.world_seed} is the val or the pretraining world's seed")
 
     @property
