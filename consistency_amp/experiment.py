@@ -26,13 +26,13 @@ from .tasks import BOOLEAN_TASKS
 __all__ = ['HEADLINE_CONDITIONS', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVAL_NAME', 'CONDITION_COLOURS', 'ExperimentConfig',
            'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file', 'run_job', 'jobs',
            'missing_jobs', 'launch', 'outcomes', 'task_intervals', 'plot_task_accuracy', 'train_logs', 'report',
-           'argument_parser', 'main']
+           'claim_rows', 'plot_claim_constancy', 'argument_parser', 'main']
 
 # %% ../nbs/35_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
 
-HEADLINE_CONDITIONS = ("base", "accuracy", "consistency", "blind")
-FULL_CONDITIONS = HEADLINE_CONDITIONS + ("consistency_random", "consistency_one_to_all") + tuple(
+HEADLINE_CONDITIONS = ("base", "accuracy", "consistency", "consistency_marker_swap", "blind")
+FULL_CONDITIONS = HEADLINE_CONDITIONS + ("consistency_random", "consistency_one_to_all", "blind_marker_swap") + tuple(
     f"accuracy_noise{p:g}" for p in NOISE_LEVELS)
 
 @dataclass(frozen=True)
@@ -92,6 +92,8 @@ CONDITION_OVERRIDES = {
     "consistency_random": dict(reward="consistency", pairing="random"),
     "consistency_one_to_all": dict(reward="consistency", pairing="one_to_all"),
     "blind": dict(reward="consistency", pairing="minimal", blind=True),
+    "consistency_marker_swap": dict(reward="consistency", pairing="minimal", marker_swap=True),   # beyond the paper
+    "blind_marker_swap": dict(reward="consistency", pairing="minimal", blind=True, marker_swap=True),
 } | {f"accuracy_noise{p:g}": dict(reward="accuracy", label_noise=p) for p in NOISE_LEVELS}
 assert set(CONDITION_OVERRIDES) | {"base"} == set(FULL_CONDITIONS) and set(FULL_CONDITIONS) <= set(CONDITIONS)
 
@@ -132,7 +134,7 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
     folder, root = experiment_dir(config, runs_dir), default_world(world_config(config))
     evaluation = dict(tasks=BOOLEAN_TASKS, sources=(SOURCE,), max_examples=config.eval_per_task, data_root=root,
                       batch_size=config.eval_batch_size, max_new_tokens=config.max_completion_length, examples=True,
-                      progress=progress)
+                      consistency_samples=0, progress=progress)   # accuracy is scored on x alone: x' would double the cost
     if condition == "base":
         return evaluate_model(config.model, EVAL_NAME, run_name="base", kind="base", runs_dir=folder, **evaluation)
     params = train_params(config, condition, seed, root, folder)
@@ -206,7 +208,8 @@ def task_intervals(data: dict[str, np.ndarray], tasks: list[str], resamples: int
 
 # %% ../nbs/35_experiment.ipynb #df084488
 CONDITION_COLOURS = {"base": "0.55", "accuracy": "#1f77b4", "consistency": "#d62728", "blind": "#9467bd",
-                     "consistency_random": "#ff9896", "consistency_one_to_all": "#e377c2"}
+                     "consistency_random": "#ff9896", "consistency_one_to_all": "#e377c2",
+                     "consistency_marker_swap": "#ff7f0e", "blind_marker_swap": "#c5b0d5"}
 
 def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
     "Accuracy per task and condition: seeds as dots, the mean as a bar with its 95% interval; the figure."
@@ -232,7 +235,7 @@ def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
     return fig
 
 # %% ../nbs/35_experiment.ipynb #9afe84c0
-def train_logs(config: ExperimentConfig, conditions=("consistency", "blind"), runs_dir=None) -> dict[str, list[dict]]:
+def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency_marker_swap", "blind"), runs_dir=None) -> dict[str, list[dict]]:
     "The train_log.jsonl records of the finished runs of `conditions`, by run name."
     from consistency_amp.runs import read_run
     folder = experiment_dir(config, runs_dir)
@@ -253,12 +256,63 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
     paths = list(write_science(table, out, title=f"Science table (miniature: {scale})"))
     print(science_markdown(table, "Science table"))
     figures = {"science_accuracy": plot_task_accuracy(task_intervals(data, tasks, resamples // 2), f"Held-out accuracy ({config.model})"),
-               "science_monitor": plot_answer_monitor(train_logs(config, runs_dir=runs_dir), "Reward-hacking monitor (consistency-trained runs)", smooth=10)}
+               "science_monitor": plot_answer_monitor(train_logs(config, runs_dir=runs_dir), "Reward-hacking monitor (consistency-trained runs)", smooth=10),
+               "science_claims": plot_claim_constancy(claims := claim_rows(config, runs_dir))}
+    by_condition = {}
+    for r in claims:
+        if r["task"] == "all": by_condition.setdefault(r["condition"], []).append(r["constancy"])
+    print("claim constancy over tasks (1: a fixed visual judgement read through the wording):",
+          ", ".join(f"{c} {np.mean(v):.2f}" for c, v in by_condition.items()))
     for name, fig in figures.items():
         for ext in ("png", "pdf"):
             fig.savefig(out / f"{name}.{ext}", dpi=150, bbox_inches="tight"); paths.append(out / f"{name}.{ext}")
         plt.close(fig)
     return paths
+
+# %% ../nbs/35_experiment.ipynb #2b6028af
+def claim_rows(config: ExperimentConfig, runs_dir=None) -> list[dict]:
+    "Claim constancy per finished job and task, and over tasks ('all'); the ground truth's as condition 'ground truth'."
+    from consistency_amp.evaluation import held_out_examples
+    from consistency_amp.science import canonical_claim, claim_constancy
+    from consistency_amp.synthetic import default_world
+    held_out = held_out_examples(default_world(world_config(config)), BOOLEAN_TASKS, (SOURCE,), config.eval_per_task)
+    questions = {e.uid: e.question for group in held_out.values() for e in group}
+    rows, sides = [], [("ground truth", "ground_truth")]
+    for condition, seed in jobs(config):
+        if not (path := eval_file(config, condition, seed, runs_dir)).is_file(): continue
+        records = json.loads(path.read_text())["examples"]
+        for name, key in sides + [(condition, "answer")]:
+            claims = {}
+            for r in records:
+                if r[key] is not None: claims.setdefault(r["task"], []).append(canonical_claim(r[key], questions[r["uid"]]))
+            per_task = {task: claim_constancy(c) for task, c in claims.items()}
+            rows += [dict(condition=name, seed=seed, task=t, constancy=v) for t, v in per_task.items()]
+            rows.append(dict(condition=name, seed=seed, task="all", constancy=float(np.mean(list(per_task.values())))))
+        sides = []                                      # the ground truth once: every job is scored on the same examples
+    return rows
+
+# %% ../nbs/35_experiment.ipynb #4027f308
+def plot_claim_constancy(rows: list[dict], title: str = "Do the trained models still look?"):
+    "Claim constancy per task and condition: seeds as dots, their mean as a bar; the ground truth's as a black tick."
+    import matplotlib.pyplot as plt
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    conditions = [c for c in dict.fromkeys(r["condition"] for r in rows) if c != "ground truth"]
+    fig, ax = plt.subplots(figsize=(1.2 + 1.3 * len(tasks), 3.4))
+    width = 0.8 / max(1, len(conditions))
+    for i, task in enumerate(tasks):
+        truth = [r["constancy"] for r in rows if (r["condition"], r["task"]) == ("ground truth", task)]
+        if truth: ax.hlines(truth[0], i - 0.42, i + 0.42, color="k", lw=1.5, label="ground truth" if i == 0 else None)
+        for j, c in enumerate(conditions):
+            values = [r["constancy"] for r in rows if (r["condition"], r["task"]) == (c, task)]
+            if not values: continue
+            x, colour = i + (j - (len(conditions) - 1) / 2) * width, CONDITION_COLOURS.get(c, f"C{j}")
+            ax.bar(x, np.mean(values), width * 0.9, color=colour, alpha=0.35, label=c if i == 0 else None)
+            ax.scatter([x] * len(values), values, s=9, color=colour, zorder=3)
+    ax.set_xticks(range(len(tasks)), tasks, fontsize=8)
+    ax.set(ylabel="share of the majority claim", ylim=(0.45, 1.02), title=title)
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    fig.tight_layout()
+    return fig
 
 # %% ../nbs/35_experiment.ipynb #447015de
 def argument_parser() -> argparse.ArgumentParser:

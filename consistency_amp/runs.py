@@ -172,6 +172,7 @@ def run_name(params: dict) -> str:
     if params.get("beta", 0.0): parts.append(f"beta{_number(params['beta'])}")
     if params.get("label_noise"): parts.append(f"noise{_number(params['label_noise'])}")
     if params.get("blind"): parts.append("blind")
+    if params.get("marker_swap"): parts.append("markerswap")
     if params.get("data_root", "") is None: parts.append("synthetic")
     return check_run_name("_".join(_slug(p) for p in parts))
 
@@ -244,7 +245,7 @@ def create_run(name: str, params: dict, overwrite: bool = False, resume: bool = 
         if staging.exists(): shutil.rmtree(staging, ignore_errors=True)
     return path
 
-LATER_PARAMS = {"blind": False}   # training parameters added after runs were first written: absent means this value
+LATER_PARAMS = {"blind": False, "marker_swap": False}   # training parameters added after runs were first written: absent means this value
 
 def _resume_run(path: Path, params: dict) -> Path:
     if not (path / PARAMS_FILE).is_file():

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -18,10 +19,11 @@ from .registry import NOISE_LEVELS   # Section 5.4: the flipped-label fractions 
 # %% auto #0
 __all__ = ['CONDITIONS', 'METRICS', 'SCIENCE_COLUMNS', 'MONITOR_KEYS', 'check_outcomes', 'condition_means', 'bootstrap',
            'gain_ratio', 'noise_crossover', 'verdict', 'science_table', 'science_markdown', 'write_science',
-           'science_summary', 'plot_answer_monitor']
+           'science_summary', 'plot_answer_monitor', 'canonical_claim', 'claim_constancy']
 
 # %% ../nbs/34_science.ipynb #0d14dce7
 CONDITIONS = ("base", "accuracy", "consistency", "consistency_random", "consistency_one_to_all", "blind",
+              "consistency_marker_swap", "blind_marker_swap",   # beyond the paper: transforms.BEYOND_PAPER_TRANSFORMS
               "no_ability_base", "no_ability_consistency") + tuple(f"accuracy_noise{p:g}" for p in NOISE_LEVELS)
 
 def check_outcomes(outcomes: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
@@ -63,10 +65,10 @@ def bootstrap(outcomes: Mapping, statistic, resamples: int = 2000, seed: int = 0
     return float(value), float(np.percentile(draws, tail)), float(np.percentile(draws, 100 - tail))
 
 # %% ../nbs/34_science.ipynb #1406dca2
-def gain_ratio(means: Mapping[str, float]) -> float:
-    "(consistency - base) / (accuracy - base): the share of the labelled gain that label-free training recovers."
+def gain_ratio(means: Mapping[str, float], consistency: str = "consistency") -> float:
+    "(consistency - base) / (accuracy - base): the share of the labelled gain that label-free training (`consistency`: its condition) recovers."
     labelled = means["accuracy"] - means["base"]
-    return (means["consistency"] - means["base"]) / labelled if labelled > 0 else math.nan
+    return (means[consistency] - means["base"]) / labelled if labelled > 0 else math.nan
 
 # %% ../nbs/34_science.ipynb #464fb0a6
 def noise_crossover(means: Mapping[str, float]) -> float:
@@ -89,6 +91,12 @@ METRICS = {  # name: (statistic of the condition means, conditions it reads, the
     "minimal_minus_one_to_all": (lambda m: m["consistency"] - m["consistency_one_to_all"],
                                  ("consistency", "consistency_one_to_all"), "+0.010", (">=", 0.0)),
     "blind_control_gain": (lambda m: m["blind"] - m["base"], ("base", "blind"), "(not in the paper: expect ~0)", ("noise", 0.0)),
+    # beyond the paper: consistency training with the marker swap added to the paper's transformations
+    "consistency_marker_swap_accuracy": (lambda m: m["consistency_marker_swap"], ("consistency_marker_swap",), None, None),
+    "gain_ratio_marker_swap": (partial(gain_ratio, consistency="consistency_marker_swap"),
+                               ("base", "accuracy", "consistency_marker_swap"), "(not in the paper)", (">=", 0.8)),
+    "blind_marker_swap_control_gain": (lambda m: m["blind_marker_swap"] - m["base"], ("base", "blind_marker_swap"),
+                                       "(not in the paper: expect ~0)", ("noise", 0.0)),
     "no_ability_control_gain": (lambda m: m["no_ability_consistency"] - m["no_ability_base"],
                                 ("no_ability_base", "no_ability_consistency"), "(not in the paper: expect ~0)", ("noise", 0.0)),
 }
@@ -173,6 +181,8 @@ def science_summary(csv) -> str:
     elif acc is not None and acc.value <= base.value:
         text += " The accuracy reward gained nothing over the base, so the gain ratio is undefined."
     if blind is not None: text += f" Blind control (grey images): {100 * blind.value:+.1f} pp [{100 * blind.low:+.1f}, {100 * blind.high:+.1f}]."
+    if (swap := row("consistency_marker_swap_accuracy")) is not None:
+        text += f" Beyond the paper, consistency with the marker swap added to the transformations: {_pct(swap)}."
     return text
 
 # %% ../nbs/34_science.ipynb #30b1a7d8
@@ -199,3 +209,16 @@ def plot_answer_monitor(train_logs: Mapping[str, Sequence[dict]], title: str = "
     axes[0].legend(fontsize=7)
     fig.suptitle(title); fig.tight_layout()
     return fig
+
+# %% ../nbs/34_science.ipynb #60858f85
+def canonical_claim(answer: bool, question) -> int:
+    "What a boolean `answer` to `question` claims under the canonical wording (relation phrase 0, objects in listed order)."
+    if question.relation is None: raise ValueError(f"canonical_claim: {question.task} is not a boolean task")
+    swapped = question.order not in ((1, 2), (2, 3))          # (2, 1), or (3, 2) for relative distance
+    return int(bool(answer)) ^ question.relation ^ int(swapped)
+
+def claim_constancy(claims) -> float:
+    "The share of the majority claim among `claims` (0/1): 0.5 when balanced, 1 for a fixed judgement."
+    c = np.asarray(claims, dtype=float)
+    if c.ndim != 1 or not len(c) or not np.isin(c, (0.0, 1.0)).all(): raise ValueError("claim_constancy needs a non-empty 0/1 vector")
+    return float(max(c.mean(), 1 - c.mean()))

@@ -16,6 +16,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
 
 from .omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
@@ -26,9 +27,10 @@ from .tasks import BOOLEAN_TASKS, TASKS
 
 # %% auto #0
 __all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'REWARD_CHOICES', 'PAIRING_CHOICES', 'SOURCE_CHOICES', 'REPORT_TO_CHOICES',
-           'TINY_MODEL_NAME', 'DEFAULT_MODEL_NAME', 'PAPER_SETTINGS', 'PAPER_MODEL_SIZES', 'model_size', 'TrainParams',
-           'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config', 'save_final_adapter',
-           'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser', 'parse_args', 'main']
+           'TINY_MODEL_NAME', 'DEFAULT_MODEL_NAME', 'PAPER_SETTINGS', 'PAPER_MODEL_SIZES', 'FLAG_PARAMS', 'model_size',
+           'TrainParams', 'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config',
+           'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser',
+           'parse_args', 'main']
 
 # %% ../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -80,6 +82,8 @@ def _coerce(value, kind: str):
     return value
 
 # %% ../nbs/23_train_entry.ipynb #e1a19da0
+FLAG_PARAMS = ("resume", "overwrite", "blind", "marker_swap")   # the TrainParams fields that are on/off flags
+
 @dataclass
 class TrainParams:
     "Parameters of one training run (CPU defaults); checked when built, before anything heavy is imported."
@@ -109,10 +113,11 @@ class TrainParams:
     report_to: str = "none"             # "none", "tensorboard" or "wandb"
     gradient_checkpointing: bool | None = None   # None: on a GPU yes, on the CPU no
     blind: bool = False                 # the blind control: every training image replaced by one grey image
+    marker_swap: bool = False           # beyond the paper: also sample the marker swap (closes the text-only shortcut)
     trainer_args: dict | None = None    # further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}
 
     def __post_init__(self):
-        kinds = {"resume": "bool", "overwrite": "bool", "blind": "bool", "gradient_checkpointing": "optional bool",
+        kinds = {**dict.fromkeys(FLAG_PARAMS, "bool"), "gradient_checkpointing": "optional bool",
                  "data_root": "optional", "run_name": "optional", "runs_dir": "optional", "scale": "optional",
                  "keep_checkpoints": "optional int", "stop_after": "optional int", "trainer_args": "json",
                  "steps": "int", "num_generations": "int", "pairs_per_device": "int", "seed": "int",
@@ -138,7 +143,7 @@ class TrainParams:
                              f"reward={self.reward!r} no label is read: use reward='accuracy' or label_noise=0")
         if self.label_noise > 0 and self.task not in JOINT_TASKS + ("joint",):
             raise ValueError(f"label_noise flips boolean labels; task {self.task!r} is numeric")
-        for name in ("resume", "overwrite", "blind"):
+        for name in FLAG_PARAMS:
             if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be true or false; got {getattr(self, name)!r}")
         if self.resume and self.overwrite: raise ValueError("resume and overwrite contradict each other: choose one")
         if self.gradient_checkpointing not in (None, True, False):
@@ -298,8 +303,9 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         set_seed(params.seed)                     # the LoRA initialisation is random
         model, processor, peft_config = load_for_training(params, config)
         from consistency_amp.prompts import blind_prompt_pair, make_prompt_pair
+        make_pair = partial(blind_prompt_pair if params.blind else make_prompt_pair, marker_swap=params.marker_swap)
         trainer = OTGRPOTrainer(model, config, examples, processing_class=processor, peft_config=peft_config,
-                                make_pair=blind_prompt_pair if params.blind else make_prompt_pair,
+                                make_pair=make_pair,
                                 callbacks=[run_callback(run_dir, params.steps, params.stop_after)])
         if checkpoint is not None and main: print(f"resuming {run_dir.name} from {checkpoint.name}")
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
@@ -332,7 +338,7 @@ def argument_parser() -> argparse.ArgumentParser:
                    report_to=REPORT_TO_CHOICES)
     for f in fields(TrainParams):
         names = [f"--{f.name}"] + (["-K", "--K"] if f.name == "num_generations" else [])
-        if f.name in ("resume", "overwrite", "blind"):
+        if f.name in FLAG_PARAMS:
             parser.add_argument(*names, nargs="?", const="true", default=f.default, help=f"{f.name} (flag, or true/false)")
         else:
             parser.add_argument(*names, default=f.default, choices=choices.get(f.name), dest=f.name,

@@ -16,14 +16,15 @@ from .omni3d import Object3D, Scene
 from .tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question, ground_truth
 
 # %% auto #0
-__all__ = ['TRANSFORM_NAMES', 'MIRROR', 'MIRRORED_CORNER_ORDER', 'CROP_SCALE', 'JITTER_STRENGTH', 'LUMA', 'MEAN_STRIDE',
-           'Transform', 'negations', 'relation_of', 'phi', 'flip_intrinsics', 'flip_object', 'flip_scene',
-           'objects_region', 'sample_crop', 'crop_object', 'crop_scene', 'jitter_matrix', 'mean_rgb', 'jitter_image',
-           'other_template', 'transform_question', 'available_transforms', 'sample_transform', 'apply_transform',
-           'answer_pair']
+__all__ = ['TRANSFORM_NAMES', 'BEYOND_PAPER_TRANSFORMS', 'MIRROR', 'MIRRORED_CORNER_ORDER', 'CROP_SCALE', 'JITTER_STRENGTH',
+           'LUMA', 'MEAN_STRIDE', 'Transform', 'negations', 'relation_of', 'phi', 'flip_intrinsics', 'flip_object',
+           'flip_scene', 'objects_region', 'sample_crop', 'crop_object', 'crop_scene', 'jitter_matrix', 'mean_rgb',
+           'jitter_image', 'other_template', 'transform_question', 'available_transforms', 'sample_transform',
+           'apply_transform', 'answer_pair']
 
 # %% ../nbs/15_transforms.ipynb #87ea7b6e
-TRANSFORM_NAMES = ("flip", "crop", "jitter", "template", "relation_swap", "order_swap")
+TRANSFORM_NAMES = ("flip", "crop", "jitter", "template", "relation_swap", "order_swap")   # the paper's set (Appendix D.5)
+BEYOND_PAPER_TRANSFORMS = ("marker_swap",)   # opt-in: not in the paper (see "Beyond the paper: the marker swap")
 
 @dataclass(frozen=True)
 class Transform:
@@ -34,9 +35,10 @@ class Transform:
     template: int | None = None                       # the augmented question's template index
     relation_swap: bool = False                       # relation phrase 0 <-> 1 (boolean tasks only)
     order_swap: bool = False                          # {IDX0} <-> {IDX1}: order (1, 2) <-> (2, 1), (2, 3) <-> (3, 2)
+    marker_swap: bool = False                         # beyond the paper: objects 1 and 2 (relative distance: 2 and 3) trade marker and list entry
 
     def __post_init__(self):
-        for name in ("flip", "relation_swap", "order_swap"):
+        for name in ("flip", "relation_swap", "order_swap", "marker_swap"):
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)): raise ValueError(f"Transform.{name} must be a bool, got {value!r}")
             object.__setattr__(self, name, bool(value))
@@ -72,9 +74,10 @@ def negations(T: Transform, task: str) -> int:
     if task not in TASKS: raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
     if task in NUMERIC_TASKS:
         if T.relation_swap: raise ValueError(f"relation swap is not defined for the numeric task {task!r}")
-        if task == "counting" and T.order_swap: raise ValueError("order swap is not defined for counting (no objects are listed)")
+        if task == "counting" and (T.order_swap or T.marker_swap):
+            raise ValueError("order and marker swaps are not defined for counting (no objects are listed)")
         return 0
-    return int(T.flip and task == "orientation") + int(T.relation_swap) + int(T.order_swap)
+    return int(T.flip and task == "orientation") + int(T.relation_swap) + int(T.order_swap) + int(T.marker_swap)
 
 def relation_of(T: Transform, task: str) -> str:
     "φ_T as a relation for the consistency verifier: 'numeric' for numeric tasks, else 'opposite' for an odd number of negations, 'same' for an even one."
@@ -223,7 +226,7 @@ def other_template(rng: np.random.Generator, question: Question) -> int:
     return k + (k >= question.template)
 
 def transform_question(question: Question, T: Transform) -> Question:
-    "The augmented question: `T`'s template, relation swap and order swap applied to `question`."
+    "The augmented question: `T`'s template, relation swap, order swap and marker swap applied to `question`."
     changes = {}
     if T.template is not None: changes["template"] = T.template
     if T.relation_swap:
@@ -232,6 +235,10 @@ def transform_question(question: Question, T: Transform) -> Question:
     if T.order_swap:
         if question.task == "counting": raise ValueError("order swap is not defined for counting (no objects are listed)")
         changes["order"] = question.order[::-1]
+    if T.marker_swap:   # the wording stays; the two compared objects trade numbers (and so markers and list entries)
+        if question.task == "counting": raise ValueError("marker swap is not defined for counting (no objects are listed)")
+        ids = question.object_ids
+        changes["object_ids"] = (ids[0], ids[2], ids[1]) if question.task == "relative_distance" else ids[::-1]
     return replace(question, **changes)
 
 # %% ../nbs/15_transforms.ipynb #dd39e797
@@ -247,8 +254,8 @@ def _as_rng(rng) -> np.random.Generator:
     raise ValueError(f"rng must be a numpy Generator or an integer seed, got {type(rng).__name__}")
 
 def sample_transform(rng, scene: Scene | Example, question: Question | None = None, p: float = 0.5,
-                     crop_scale=CROP_SCALE, jitter_strength: float = JITTER_STRENGTH) -> Transform:
-    "Draw T for (`scene`, `question`) (or an `Example`): each available transformation independently with probability `p`."
+                     crop_scale=CROP_SCALE, jitter_strength: float = JITTER_STRENGTH, marker_swap: bool = False) -> Transform:
+    "Draw T for (`scene`, `question`) (or an `Example`): each available transformation independently with probability `p`; `marker_swap` adds the marker swap to the set."
     if isinstance(scene, Example): scene, question = scene.scene, scene.question
     if not isinstance(scene, Scene) or not isinstance(question, Question):
         raise ValueError("sample_transform needs a Scene and a Question, or an Example")
@@ -257,12 +264,15 @@ def sample_transform(rng, scene: Scene | Example, question: Question | None = No
     rng = _as_rng(rng)
     coins = dict(zip(TRANSFORM_NAMES, rng.random(len(TRANSFORM_NAMES)) < p))
     use = {n: bool(coins[n]) and n in available_transforms(question.task) for n in TRANSFORM_NAMES}
-    return Transform(
+    T = Transform(
         flip=use["flip"],
         crop=sample_crop(rng, scene, crop_scale) if use["crop"] else None,
         jitter=tuple(rng.uniform(1 - jitter_strength, 1 + jitter_strength, 3)) if use["jitter"] else None,
         template=other_template(rng, question) if use["template"] else None,
         relation_swap=use["relation_swap"], order_swap=use["order_swap"])
+    if not marker_swap: return T   # the paper's set: the same draws as before the marker swap existed
+    swap = bool(rng.random() < p) and question.task != "counting"   # its coin comes last, after every paper draw
+    return replace(T, marker_swap=swap)
 
 # %% ../nbs/15_transforms.ipynb #51bb61a4
 def apply_transform(scene: Scene, image: Image.Image | None, question: Question,

@@ -20,6 +20,9 @@ t1 = time.time()
 out, recs = evaluate("spatial-base-large", adapter=adapter, data_root=val_world, tasks=BOOLEAN_TASKS, sources=("SUNRGBD",),
                max_examples=n, batch_size=64, max_new_tokens=24, progress=False, return_records=True)
 per = {r["task"]: round(r["accuracy"], 3) for r in out["results"]}
+from consistency_amp.runs import jsonable, write_json   # the per-example answers, for visual_belief.py
+write_json(__import__("pathlib").Path("scratch/sweep_runs") / name / "eval" / "val.json",
+           jsonable(out | dict(run=name, data_root=str(val_world), examples=recs)))
 tr = {}
 for r in recs:
     if r.get("answer") in (True, False): tr.setdefault(r["task"], []).append(float(r["answer"]))
