@@ -23,16 +23,17 @@ from .synthetic import SyntheticConfig
 from .tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['HEADLINE_CONDITIONS', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVAL_NAME', 'CONDITION_COLOURS', 'ExperimentConfig',
-           'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file', 'run_job', 'jobs',
-           'missing_jobs', 'launch', 'outcomes', 'task_intervals', 'plot_task_accuracy', 'train_logs', 'report',
+__all__ = ['HEADLINE_CONDITIONS', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'CONDITION_COLOURS',
+           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file', 'run_job',
+           'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals', 'plot_task_accuracy', 'train_logs', 'report',
            'claim_rows', 'plot_claim_constancy', 'argument_parser', 'main']
 
 # %% ../nbs/35_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
 
-HEADLINE_CONDITIONS = ("base", "accuracy", "consistency", "consistency_marker_swap", "blind")
-FULL_CONDITIONS = HEADLINE_CONDITIONS + ("consistency_random", "consistency_one_to_all", "blind_marker_swap") + tuple(
+HEADLINE_CONDITIONS = ("base", "accuracy", "consistency", "blind")   # the default: the paper's claim and the blind control
+FULL_CONDITIONS = HEADLINE_CONDITIONS + ("consistency_marker_swap", "consistency_random", "consistency_one_to_all", "blind_marker_swap",
+                                         "no_ability_base", "no_ability_consistency") + tuple(
     f"accuracy_noise{p:g}" for p in NOISE_LEVELS)
 
 @dataclass(frozen=True)
@@ -94,22 +95,31 @@ CONDITION_OVERRIDES = {
     "blind": dict(reward="consistency", pairing="minimal", blind=True),
     "consistency_marker_swap": dict(reward="consistency", pairing="minimal", marker_swap=True),   # beyond the paper
     "blind_marker_swap": dict(reward="consistency", pairing="minimal", blind=True, marker_swap=True),
+    "no_ability_consistency": dict(reward="consistency", pairing="minimal", start="no_ability_base"),
 } | {f"accuracy_noise{p:g}": dict(reward="accuracy", label_noise=p) for p in NOISE_LEVELS}
-assert set(CONDITION_OVERRIDES) | {"base"} == set(FULL_CONDITIONS) and set(FULL_CONDITIONS) <= set(CONDITIONS)
+def _no_ability_model(config) -> str:
+    from consistency_amp.pretraining import NO_ABILITY_BASE   # (imported late: the module loads torch)
+    return NO_ABILITY_BASE
+
+# the conditions that evaluate a model as it is, and that model; a trained condition starts from the model of one
+# of them (its `start`, by default "base")
+EVALUATED_ONLY = {"base": lambda config: config.model, "no_ability_base": _no_ability_model}
+assert set(CONDITION_OVERRIDES) | set(EVALUATED_ONLY) == set(FULL_CONDITIONS) and set(FULL_CONDITIONS) <= set(CONDITIONS)
 
 def run_name_of(condition: str, seed: int) -> str:
-    "The run folder's name: 'base' (evaluated once: greedy decoding has no seed), else '<condition>-seed<seed>'."
-    return "base" if condition == "base" else f"{condition}-seed{seed}"
+    "The run folder's name: the condition for a model evaluated as it is (once: greedy decoding has no seed), else '<condition>-seed<seed>'."
+    return condition if condition in EVALUATED_ONLY else f"{condition}-seed{seed}"
 
 def train_params(config: ExperimentConfig, condition: str, seed: int, data_root, runs_dir):
     "The `TrainParams` of one trained condition and seed: joint training on the four boolean tasks."
     from consistency_amp.train import TrainParams
-    shared = dict(model=config.model, task="joint", source=SOURCE, steps=config.steps, num_generations=config.num_generations,
+    overrides = dict(CONDITION_OVERRIDES[condition])
+    shared = dict(model=EVALUATED_ONLY[overrides.pop("start", "base")](config), task="joint", source=SOURCE, steps=config.steps, num_generations=config.num_generations,
                   pairs_per_device=config.pairs_per_device, learning_rate=config.learning_rate,
                   temperature=config.temperature, beta=config.beta, max_completion_length=config.max_completion_length,
                   seed=seed, save_steps=0, scale="mini", data_root=os.fspath(data_root), runs_dir=os.fspath(runs_dir),
                   run_name=run_name_of(condition, seed))
-    return TrainParams(**shared | CONDITION_OVERRIDES[condition])
+    return TrainParams(**shared | overrides)
 
 # %% ../nbs/35_experiment.ipynb #9e74adfe
 EVAL_NAME = "test"
@@ -135,8 +145,9 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
     evaluation = dict(tasks=BOOLEAN_TASKS, sources=(SOURCE,), max_examples=config.eval_per_task, data_root=root,
                       batch_size=config.eval_batch_size, max_new_tokens=config.max_completion_length, examples=True,
                       consistency_samples=0, progress=progress)   # accuracy is scored on x alone: x' would double the cost
-    if condition == "base":
-        return evaluate_model(config.model, EVAL_NAME, run_name="base", kind="base", runs_dir=folder, **evaluation)
+    if condition in EVALUATED_ONLY:
+        return evaluate_model(EVALUATED_ONLY[condition](config), EVAL_NAME, run_name=condition, kind="base",
+                              runs_dir=folder, **evaluation)
     params = train_params(config, condition, seed, root, folder)
     run = folder / params.name
     if not (run.exists() and read_run(run).complete):
@@ -145,8 +156,9 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
 
 # %% ../nbs/35_experiment.ipynb #f3a360cb
 def jobs(config: ExperimentConfig) -> list[tuple[str, int]]:
-    "Every (condition, seed) of the experiment, the base once."
-    return [("base", 0)] * ("base" in config.conditions) + [(c, s) for c in config.conditions if c != "base" for s in config.seeds]
+    "Every (condition, seed) of the experiment; a model evaluated as it is (the base), once."
+    once = [(c, 0) for c in config.conditions if c in EVALUATED_ONLY]
+    return once + [(c, s) for c in config.conditions if c not in EVALUATED_ONLY for s in config.seeds]
 
 def missing_jobs(config: ExperimentConfig, runs_dir=None) -> list[tuple[str, int]]:
     return [(c, s) for c, s in jobs(config) if not eval_file(config, c, s, runs_dir).is_file()]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Rebuild the shipped spatial bases (issue 8) from their recipes, consistency_amp.pretraining.SPATIAL_BASES:
+# Rebuild the shipped spatial bases (issue 8), the stand-ins of consistency_amp.pretraining.STANDS_IN_FOR, from their
+# recipes in SPATIAL_BASES (spatial-base-none, the no-ability control, is not shipped: it is built on first use):
 #
-#   bash tools/build_bases.sh            # every base, one process and one core each, in parallel
+#   bash tools/build_bases.sh            # both shipped bases, one process and one core each, in parallel
 #   bash tools/build_bases.sh spatial-base-small
 #
 # Each build is deterministic and writes consistency_amp/weights/<name>/ (model, processor, recipe, cue edges, log).
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
 [ -f .venv/bin/activate ] && [ -z "${VIRTUAL_ENV:-}" ] && . .venv/bin/activate
 names=("$@")
-[ ${#names[@]} -gt 0 ] || mapfile -t names < <(python -c "from consistency_amp.pretraining import SPATIAL_BASES; print(*SPATIAL_BASES, sep='\n')")
+[ ${#names[@]} -gt 0 ] || mapfile -t names < <(python -c "from consistency_amp.pretraining import STANDS_IN_FOR; print(*STANDS_IN_FOR, sep='\n')")
 pids=()
 for name in "${names[@]}"; do
   OMP_NUM_THREADS=1 python - "$name" <<'PY' &

@@ -8,8 +8,9 @@
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
 # * The miniature experiment (python -m consistency_amp.experiment; nbs/35_experiment.ipynb): spatial-base-large
-#   trained with the accuracy reward, the consistency reward (the paper's transformations, and with the marker swap
-#   added) and the blind control, 3 seeds each, evaluated on 300 held-out examples per task; writes
+#   trained with the accuracy reward, the consistency reward and the blind control (--full: also the consistency reward
+#   with the marker swap, the pairing ablation, label noise and the no-ability control), 3 seeds each, evaluated on 300
+#   held-out examples per task; writes
 #   figures/science.{md,csv} and figures/science_{accuracy,monitor,claims}.{png,pdf}.
 # * The mini grid: every paper figure's runs at toy size (a pipeline check; its numbers are not the science).
 # * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.
