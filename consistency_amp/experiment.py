@@ -322,7 +322,7 @@ def plot_claim_constancy(rows: list[dict], title: str = "Do the trained models s
             ax.scatter([x] * len(values), values, s=9, color=colour, zorder=3)
     ax.set_xticks(range(len(tasks)), tasks, fontsize=8)
     ax.set(ylabel="share of the majority claim", ylim=(0.45, 1.02), title=title)
-    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    ax.legend(fontsize=7, ncol=len(conditions) + 1, loc="upper center", bbox_to_anchor=(0.5, -0.1))   # below: bars reach 1
     fig.tight_layout()
     return fig
 
