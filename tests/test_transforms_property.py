@@ -161,6 +161,25 @@ def test_sampling_frequencies_and_numeric_tasks():
             assert {relation_of(T, task) for T in Ts} == {"same", "opposite"}
 
 
+def test_marker_swap_property_and_its_wrong_rule():
+    "Beyond the paper: with the marker swap sampled too, the property holds; a rule that ignores the swap breaks it."
+    rng = np.random.default_rng(5)
+    swapped = wrong = 0
+    for i in range(80):
+        scene = random_scene(rng, i)
+        for task in TASKS:
+            question = random_question(rng, scene, task)
+            if question is None: continue
+            T = sample_transform(rng, scene, question, marker_swap=True)
+            relation = check_property(scene, question, T)
+            if T.marker_swap and task in BOOLEAN_TASKS:
+                swapped += 1
+                y, y_t, _ = answer_pair(scene, question, T)
+                wrong += y_t != phi({"same": "opposite", "opposite": "same"}[relation], y)
+            if task == "counting": assert not T.marker_swap
+    assert swapped > 50 and wrong == swapped, (swapped, wrong)   # every marker-swapped boolean pair negates
+
+
 # --- the transformed geometry is a consistent camera + scene ------------------------------------------------------
 
 def test_transformed_geometry_is_consistent():
