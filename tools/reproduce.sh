@@ -40,12 +40,12 @@ for arg in "$@"; do
   esac
 done
 if [ "$scale" = "mini" ]; then
-  # The mini grid is small and one-threaded: it runs beside the experiment and fills the cores the experiment's last
-  # jobs leave idle.
+  # The mini grid is small and one-threaded: it runs beside the experiment at the lowest priority (nice 19), so it
+  # fills the cores the experiment leaves idle (its world build, its last job) instead of slowing every job.
   mkdir -p runs/.registry-logs
   grid_log="runs/.registry-logs/launch-${stamp}.log"
   echo "reproduce: training and evaluating the missing runs of the mini grid in the background (log $grid_log)"
-  OMP_NUM_THREADS=1 python -m consistency_amp.registry launch --scale mini --runs-dir "$repo/runs" > "$grid_log" 2>&1 &
+  OMP_NUM_THREADS=1 nice -n 19 python -m consistency_amp.registry launch --scale mini --runs-dir "$repo/runs" > "$grid_log" 2>&1 &
   grid=$!
   trap 'rm -f "$started"; kill "$grid" 2>/dev/null || true' EXIT
   echo "reproduce: the miniature experiment (runs in runs/experiment-*/, report in figures/science.*)"
