@@ -100,7 +100,7 @@ class TrainParams:
     temperature: float = 1.0            # sampling temperature (paper: 1.0)
     beta: float = 0.0                   # KL coefficient (paper: 0)
     seed: int = 0
-    label_noise: float = 0.0            # accuracy reward only: fraction of flipped training labels (Section 5.3)
+    label_noise: float = 0.0            # accuracy reward only: fraction of flipped training labels (Section 5.4)
     max_completion_length: int = 32     # new tokens per completion
     scale: str | None = None            # "paper" / "mini" tag for the registry; None: inferred
     run_name: str | None = None         # None: made from the parameters (runs.run_name)

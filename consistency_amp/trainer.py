@@ -46,7 +46,7 @@ class OTGRPOConfig(GRPOConfig):
                          "(ground truth on the same paired, augmented prompts, the paper's baseline).")
     pairing: str = _param("minimal", "Pairing of the K x K consistency matrix into per-completion rewards: 'minimal' "
                           "(OT-GRPO, Section 4.3), 'random' or 'one_to_all' (Section 4.2).")
-    label_noise: float = _param(0.0, "Corruption ablation (Section 5.3): probability of flipping each training label "
+    label_noise: float = _param(0.0, "Corruption ablation (Section 5.4): probability of flipping each training label "
                                 "before the accuracy reward, fixed per example; reward='accuracy' only.")
     label_noise_seed: int = _param(0, "Seed of the label flips, hashed with each example's uid: every run with this "
                                    "seed corrupts the same examples.")
