@@ -113,7 +113,7 @@ class TrainParams:
     report_to: str = "none"             # "none", "tensorboard" or "wandb"
     gradient_checkpointing: bool | None = None   # None: on a GPU yes, on the CPU no
     blind: bool = False                 # the blind control: every training image replaced by one grey image
-    marker_swap: bool = False           # beyond the paper: also sample the marker swap (closes the text-only shortcut)
+    marker_swap: bool = False           # beyond the paper: every x' also swaps the markers (closes the text-only shortcut; nbs/15_transforms.ipynb)
     trainer_args: dict | None = None    # further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}
 
     def __post_init__(self):

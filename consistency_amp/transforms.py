@@ -253,14 +253,23 @@ def _as_rng(rng) -> np.random.Generator:
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool): return np.random.default_rng(int(rng))
     raise ValueError(f"rng must be a numpy Generator or an integer seed, got {type(rng).__name__}")
 
+def _marker_swap_rate(marker_swap) -> float:
+    # True swaps on every pair: the minimal pairing rewards the majority of the 2K answers (01_pairing's closed form),
+    # and a fixed judgement agrees with itself on the share of pairs left unswapped, so only a swap on every pair
+    # takes its vote away (session 7's val runs: 0.5 still drifted, 1 did not)
+    if isinstance(marker_swap, (bool, np.bool_)): return float(marker_swap)
+    if isinstance(marker_swap, (int, float)) and 0 <= marker_swap <= 1: return float(marker_swap)
+    raise ValueError(f"marker_swap must be a bool or a share of pairs in [0, 1], got {marker_swap!r}")
+
 def sample_transform(rng, scene: Scene | Example, question: Question | None = None, p: float = 0.5,
-                     crop_scale=CROP_SCALE, jitter_strength: float = JITTER_STRENGTH, marker_swap: bool = False) -> Transform:
-    "Draw T for (`scene`, `question`) (or an `Example`): each available transformation independently with probability `p`; `marker_swap` adds the marker swap to the set."
+                     crop_scale=CROP_SCALE, jitter_strength: float = JITTER_STRENGTH, marker_swap: bool | float = False) -> Transform:
+    "Draw T for (`scene`, `question`) (or an `Example`): each available transformation independently with probability `p`; `marker_swap` adds the marker swap (True: to every pair; a number: to that share)."
     if isinstance(scene, Example): scene, question = scene.scene, scene.question
     if not isinstance(scene, Scene) or not isinstance(question, Question):
         raise ValueError("sample_transform needs a Scene and a Question, or an Example")
     if not 0 <= p <= 1: raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
     if not 0 <= jitter_strength < 1: raise ValueError(f"jitter_strength must be in [0, 1), got {jitter_strength!r}")
+    rate = _marker_swap_rate(marker_swap)
     rng = _as_rng(rng)
     coins = dict(zip(TRANSFORM_NAMES, rng.random(len(TRANSFORM_NAMES)) < p))
     use = {n: bool(coins[n]) and n in available_transforms(question.task) for n in TRANSFORM_NAMES}
@@ -270,8 +279,8 @@ def sample_transform(rng, scene: Scene | Example, question: Question | None = No
         jitter=tuple(rng.uniform(1 - jitter_strength, 1 + jitter_strength, 3)) if use["jitter"] else None,
         template=other_template(rng, question) if use["template"] else None,
         relation_swap=use["relation_swap"], order_swap=use["order_swap"])
-    if not marker_swap: return T   # the paper's set: the same draws as before the marker swap existed
-    swap = bool(rng.random() < p) and question.task != "counting"   # its coin comes last, after every paper draw
+    if not rate: return T   # the paper's set: the same draws as before the marker swap existed
+    swap = bool(rng.random() < rate) and question.task != "counting"   # its coin comes last, after every paper draw
     return replace(T, marker_swap=swap)
 
 # %% ../nbs/15_transforms.ipynb #51bb61a4
