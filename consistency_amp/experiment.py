@@ -333,7 +333,7 @@ def argument_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for f in fields(ExperimentConfig):
         many = f.name in ("seeds", "conditions")
-        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=f.default, help=f.metadata["help"],
+        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=f.default, help=f.metadata["help"].replace("%", "%%"),
                             nargs="+" if many else None, type=int if f.name == "seeds" else (str if many else type(f.default)))
     parser.add_argument("--full", action="store_true", help=f"run every condition: {', '.join(FULL_CONDITIONS)}")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2,
