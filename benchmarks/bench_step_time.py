@@ -255,9 +255,9 @@ def parse_args(argv=None):
     ap.add_argument("--json", type=Path, default=None, help="write the measured figures here")
     args = ap.parse_args(argv)
     args.pairings = [p.strip() for p in args.pairings.split(",") if p.strip()]
-    from consistency_amp.pairing import STRATEGIES
-    if bad := [p for p in args.pairings if p not in STRATEGIES]:
-        ap.error(f"--pairings: unknown {bad}; choose from {', '.join(STRATEGIES)}")
+    from consistency_amp.core import PAIRINGS
+    if bad := [p for p in args.pairings if p not in PAIRINGS]:
+        ap.error(f"--pairings: unknown {bad}; choose from {', '.join(PAIRINGS)}")
     if len(set(args.pairings)) != len(args.pairings): ap.error(f"--pairings repeats a pairing: {args.pairings}")
     for name in ("pairs_per_device", "completion_length", "steps"):
         if getattr(args, name) < 1: ap.error(f"--{name.replace('_', '-')} must be >= 1")

@@ -24,7 +24,8 @@ from matplotlib.figure import Figure
 from scipy.stats import binom, norm
 
 from .files import write_atomically
-from .pairing import STRATEGIES, consistency_rewards, pair_rewards_batch
+from .core import PAIRINGS, check_choice
+from .pairing import consistency_rewards, pair_rewards_batch
 
 # %% ../nbs/02_baseline.ipynb #57da98e2
 GUESSER_RELATIONS = ("same", "opposite", "mixture")   # "mixture": same / opposite with probability 1/2 each
@@ -33,15 +34,11 @@ SIDES = ("original", "augmented")
 MAX_EXACT_K_UNPARSEABLE = 32     # exact minimal pairing with unparseable completions: ~K^4/8 solver calls
 APPENDIX_A_KS = (2, 4, 8, 16, 32, 64)
 
-def _check_choice(name: str, value, choices: tuple) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-
 def _check_relation(relation) -> None:
     if relation == "numeric":
         raise ValueError("relation 'numeric' has no random-guesser model: the baseline is about boolean answers "
                          "(True with probability p); use 'same', 'opposite' or 'mixture'")
-    _check_choice("relation", relation, GUESSER_RELATIONS)
+    check_choice("relation", relation, GUESSER_RELATIONS)
 
 def _check_group_size(K) -> int:
     if isinstance(K, (bool, np.bool_)) or not isinstance(K, numbers.Integral) or K < 1:
@@ -64,7 +61,7 @@ def pair_consistency_probability(p=0.5, relation: str = "opposite"):
 # %% ../nbs/02_baseline.ipynb #22472866
 def minimal_total_consistency(S: int, S_aug: int, K: int, relation: str = "opposite") -> int:
     "Smallest total consistency over all pairings of K answers with S Trues against K with S_aug Trues (boolean)."
-    _check_choice("relation", relation, ("same", "opposite"))
+    check_choice("relation", relation, ("same", "opposite"))
     if not (0 <= S <= K and 0 <= S_aug <= K): raise ValueError(f"counts S={S}, S_aug={S_aug} must lie in [0, K={K}]")
     return abs(S - S_aug) if relation == "opposite" else abs(S + S_aug - K)
 
@@ -77,7 +74,7 @@ def _as_fraction(p, name: str = "p") -> Fraction:
 def exact_fraction(K: int, strategy: str, p=Fraction(1, 2), relation: str = "opposite") -> Fraction:
     "Exact rational E[r_i] for K completions per side, all parseable, answers iid Bernoulli(p)."
     K = _check_group_size(K)
-    _check_choice("strategy", strategy, STRATEGIES)
+    check_choice("strategy", strategy, PAIRINGS)
     _check_relation(relation)
     p = _as_fraction(p)
     if relation == "mixture":
@@ -105,7 +102,7 @@ def _folded_normal_mean(mu: float, sigma: float) -> float:
 def approx_reward(K: int, strategy: str, p: float = 0.5, relation: str = "opposite") -> float:
     "CLT approximation of E[r_i] (all completions parseable); 1/sqrt(pi K) for minimal pairing at p = 1/2."
     K = _check_group_size(K)
-    _check_choice("strategy", strategy, STRATEGIES)
+    check_choice("strategy", strategy, PAIRINGS)
     _check_relation(relation)
     p = float(_check_probability("p", p))
     if relation == "mixture": return (approx_reward(K, strategy, p, "same") + approx_reward(K, strategy, p, "opposite")) / 2
@@ -133,8 +130,8 @@ def _minimal_state_totals(n0: int, n1: int) -> np.ndarray:
 def state_mean_totals(n0: int, n1: int, S: int, S_aug: int, strategy: str = "minimal",
                       relation: str = "opposite") -> tuple[Fraction, Fraction]:
     "Exact (original, augmented) reward totals of a count state: the same for every order (random pairing: the mean over orders)."
-    _check_choice("strategy", strategy, STRATEGIES)
-    _check_choice("relation", relation, ("same", "opposite"))
+    check_choice("strategy", strategy, PAIRINGS)
+    check_choice("relation", relation, ("same", "opposite"))
     if not (0 <= S <= n0 and 0 <= S_aug <= n1):
         raise ValueError(f"counts must satisfy 0 <= S <= n0 and 0 <= S_aug <= n1; got n0={n0}, n1={n1}, S={S}, S_aug={S_aug}")
     if n0 == 0 or n1 == 0: return Fraction(0), Fraction(0)
@@ -150,9 +147,9 @@ def expected_reward_by_states(K: int, strategy: str, *, p=0.5, relation: str = "
                               side: str = "original") -> Fraction:
     "Exact rational E[r_i] by enumerating valid counts and answer counts, one state total each (small K)."
     K = _check_group_size(K)
-    _check_choice("strategy", strategy, STRATEGIES)
+    check_choice("strategy", strategy, PAIRINGS)
     _check_relation(relation)
-    _check_choice("side", side, SIDES)
+    check_choice("side", side, SIDES)
     p, q = _as_fraction(p), _as_fraction(unparseable, "unparseable")
     if relation == "mixture":
         return sum(expected_reward_by_states(K, strategy, p=p, relation=r, unparseable=q, side=side)
@@ -192,9 +189,9 @@ def monte_carlo_reward(K: int, strategy: str, *, p: float = 0.5, relation: str =
                        side: str = "original", n_samples: int = 4000, seed: int = 0) -> MonteCarloEstimate:
     "E[r_i] estimated by running sampled guesser answers through the real `consistency_rewards`."
     K = _check_group_size(K)
-    _check_choice("strategy", strategy, STRATEGIES)
+    check_choice("strategy", strategy, PAIRINGS)
     _check_relation(relation)
-    _check_choice("side", side, SIDES)
+    check_choice("side", side, SIDES)
     p, q = float(_check_probability("p", p)), float(_check_probability("unparseable", unparseable))
     if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 2:
         raise ValueError(f"n_samples must be an integer >= 2 (a standard error needs two groups); got {n_samples!r}")
@@ -215,10 +212,10 @@ def expected_reward(K: int, strategy: str, *, p: float = 0.5, relation: str = "o
                     method: str = "exact", side: str = "original", n_samples: int = 4000, seed: int = 0) -> float:
     "Expected per-completion consistency reward E[r_i] of an uninformative guesser (original side unless `side`)."
     K = _check_group_size(K)
-    _check_choice("strategy", strategy, STRATEGIES)
+    check_choice("strategy", strategy, PAIRINGS)
     _check_relation(relation)
-    _check_choice("method", method, METHODS)
-    _check_choice("side", side, SIDES)
+    check_choice("method", method, METHODS)
+    check_choice("side", side, SIDES)
     p, q = _check_probability("p", p), _check_probability("unparseable", unparseable)
     if method == "monte_carlo":
         return monte_carlo_reward(K, strategy, p=p, relation=relation, unparseable=q, side=side,
@@ -244,7 +241,7 @@ def appendix_a_table(Ks=APPENDIX_A_KS) -> pd.DataFrame:
     def value(K, s, m):   # exact rows from the rational closed form: correctly rounded floats
         return float(exact_fraction(K, s)) if m == "exact" else expected_reward(K, s, method=m)
     rows = [{"strategy": s, "method": m, **{str(K): value(K, s, m) for K in Ks}}
-            for m in ("exact", "approx") for s in STRATEGIES]
+            for m in ("exact", "approx") for s in PAIRINGS]
     return pd.DataFrame(rows)
 
 def table_markdown(table: pd.DataFrame, digits: int = 4) -> str:

@@ -20,7 +20,8 @@ from .runs import (ADAPTER_DIR, EVAL_DIR, PARAMS_FILE, RUN_NAME_RE, create_run, 
                                   read_run, resolve_path, run_path, utc_now, write_json, write_status)
 from .synthetic import default_world
 from .task_splits import TaskSplit, build_task_splits, split_of
-from .train import DEFAULT_MODEL_NAME, TINY_MODEL_NAME, model_size
+from .core import DEFAULT_MODEL, PAPER_MODELS, PAPER_SETTINGS, TINY_MODEL, check_choice
+from .train import model_size
 from .tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from .verifiers import accuracy, consistency, format_reward, parse_answer
 
@@ -34,7 +35,7 @@ __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'DEFAULT_MAX_NEW_TOKENS', 'TASK
 # %% ../nbs/30_evaluation.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
 DEFAULT_BATCH_SIZE = 16               # prompts per `generate` call
-DEFAULT_MAX_NEW_TOKENS = 512          # training's completion length (`train.PAPER_SETTINGS`), the same for every model
+DEFAULT_MAX_NEW_TOKENS = PAPER_SETTINGS["max_completion_length"]   # training's completion length, the same for every model
 
 def check_choices(param: str, values, valid: Sequence[str]) -> tuple[str, ...]:
     "`values` (one name or several) as a tuple of distinct members of `valid`; otherwise a ValueError listing the valid choices."
@@ -72,7 +73,6 @@ def _load_adapter(*args, **kwargs):
 
 def base_model_sizes() -> dict[str, str]:
     "The base models by name with the tag their runs carry: the paper's ('3B', '7B'), the tiny ('tiny'), the spatial bases."
-    from consistency_amp.models import PAPER_MODELS, TINY_MODEL
     from consistency_amp.pretraining import STANDS_IN_FOR
     return {name: size for size, name in PAPER_MODELS.items()} | {TINY_MODEL: "tiny"} | {name: name for name in STANDS_IN_FOR}
 
@@ -112,7 +112,7 @@ def transform_rng(seed: int, example: Example) -> np.random.Generator:
 
 def answer_type_of(task: str) -> str:
     "'boolean' or 'numeric': how the answers of `task` are parsed and scored."
-    if task not in TASKS: raise ValueError(f"unknown task {task!r}; valid choices: {', '.join(TASKS)}")
+    check_choice("task", task, TASKS)
     return ANSWER_TYPE[task in BOOLEAN_TASKS]
 
 def example_rows(example: Example, consistency_samples: int = 1, seed: int = 0) -> list[dict]:
@@ -244,7 +244,7 @@ def _check_adapter(adapter) -> None:
     if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
         raise ValueError(f"adapter {os.fspath(adapter)!r} is not an adapter folder: it has no adapter_config.json")
 
-def evaluate(model_or_name=DEFAULT_MODEL_NAME, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
+def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
              data_root=None, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
              consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
              device=None, progress: bool = True, return_records: bool = False):
@@ -343,7 +343,7 @@ def model_run_name(model, adapter=None, kind: str | None = None) -> str:
     if adapter is not None: tag += "-" + model_tag({"model": os.fspath(Path(adapter).resolve())})
     return f"{kind or model_kind(model, adapter)}-{tag}"
 
-def evaluate_model(model=DEFAULT_MODEL_NAME, eval_name: str | None = None, *, adapter=None, run_name: str | None = None,
+def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter=None, run_name: str | None = None,
                    kind: str | None = None, runs_dir=None, overwrite: bool = False, data_root=None, tasks=TASKS,
                    sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                    consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,

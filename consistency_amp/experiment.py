@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .registry import NOISE_LEVELS, SOURCE         # Section 5.4: the flipped-label fractions; SUN RGB-D
+from .core import NOISE_LEVELS   # Section 5.4: the flipped-label fractions
+from .registry import SOURCE      # SUN RGB-D
 from .science import CONDITIONS, check_outcomes
 from .synthetic import SyntheticConfig
 from .tasks import BOOLEAN_TASKS

@@ -17,23 +17,24 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from .core import NOISE_LEVELS, PAIRINGS, SCALES, check_choice
 from .files import write_atomically
 from .runs import read_run
 from .tasks import BOOLEAN_TASKS, NUMERIC_TASKS
 
 # %% auto #0
-__all__ = ['PAPER_NUMBER_COLUMNS', 'PAPER_UNITS', 'RESULT_COLUMNS', 'SCALES', 'MISSING', 'NOISE_FREE', 'DATA_COLUMNS', 'COLORS',
+__all__ = ['PAPER_NUMBER_COLUMNS', 'PAPER_UNITS', 'RESULT_COLUMNS', 'MISSING', 'NOISE_FREE', 'DATA_COLUMNS', 'COLORS',
            'SERIES_LABELS', 'TASK_LABELS', 'FIGURE_TASKS', 'METHODS', 'MISSING_STYLE', 'DIAGONAL_GREY', 'HEATMAP_CMAP',
-           'BASELINE_VARIANTS', 'FAMILY_LABELS', 'NOISE_LEVELS', 'PAIRINGS', 'PAIRING_LABELS', 'PAIRING_MARKERS',
-           'FIGURE_NAMES', 'COMPARISON_COLUMNS', 'paper_numbers_path', 'paper_numbers', 'empty_results',
-           'check_results', 'Cell', 'select', 'base_spec', 'train_spec', 'results_rows', 'mean_of', 'minus',
-           'figure_data', 'value_at', 'source_label', 'size_label', 'gid', 'artists_by_gid', 'legend_handles',
-           'draw_bar', 'grouped_bars', 'same_task_data', 'same_task_figure', 'transfer_data', 'padded_limits',
-           'draw_heatmap', 'transfer_figure', 'cross_task_figure', 'cross_domain_figure', 'NameMatch',
-           'default_baselines', 'baselines_data', 'baselines_figure', 'label_noise_data', 'label_noise_figure',
-           'numeric_data', 'numeric_figure', 'pairing_data', 'pairing_figure', 'pairing_step_times', 'cell_at',
-           'extreme', 'magnitude', 'user_values', 'paper_comparison', 'comparison_for_file', 'markdown_table',
-           'comparison_markdown', 'save_figure', 'write_comparison']
+           'BASELINE_VARIANTS', 'FAMILY_LABELS', 'NOISE_AXIS', 'PAIRING_LABELS', 'PAIRING_MARKERS', 'FIGURE_NAMES',
+           'COMPARISON_COLUMNS', 'paper_numbers_path', 'paper_numbers', 'empty_results', 'check_results', 'Cell',
+           'select', 'base_spec', 'train_spec', 'results_rows', 'mean_of', 'minus', 'figure_data', 'value_at',
+           'source_label', 'size_label', 'gid', 'artists_by_gid', 'legend_handles', 'draw_bar', 'grouped_bars',
+           'same_task_data', 'same_task_figure', 'transfer_data', 'padded_limits', 'draw_heatmap', 'transfer_figure',
+           'cross_task_figure', 'cross_domain_figure', 'NameMatch', 'default_baselines', 'baselines_data',
+           'baselines_figure', 'label_noise_data', 'label_noise_figure', 'numeric_data', 'numeric_figure',
+           'pairing_data', 'pairing_figure', 'pairing_step_times', 'cell_at', 'extreme', 'magnitude', 'user_values',
+           'paper_comparison', 'comparison_for_file', 'markdown_table', 'comparison_markdown', 'save_figure',
+           'write_comparison']
 
 # %% ../nbs/32_paper_figures.ipynb #43b5580a
 PAPER_NUMBER_COLUMNS = ("key", "value", "unit", "figure", "section", "quote")
@@ -60,7 +61,6 @@ def paper_numbers(path=None) -> pd.DataFrame:
 RESULT_COLUMNS = ("run", "kind", "model", "model_size", "train_task", "train_source", "reward", "pairing", "label_noise",
                   "steps", "seed", "scale", "eval_name", "eval_task", "eval_source", "n", "accuracy", "format_rate",
                   "unparseable_rate", "self_consistency", "complete")
-SCALES = ("mini", "paper")
 
 def empty_results() -> pd.DataFrame:
     "A results table without rows (what the registry returns for an empty runs folder)."
@@ -115,7 +115,7 @@ NOISE_FREE = (0.0, None)
 
 def _scale_filter(scale) -> dict:
     if scale is None: return {}
-    if scale not in SCALES: raise ValueError(f"scale must be one of {SCALES} or None, got {scale!r}")
+    check_choice("scale", scale, SCALES, " or None")
     return dict(stand_in=scale == "mini")
 
 def base_spec(size: str, scale: str | None = None) -> dict:
@@ -435,9 +435,9 @@ def baselines_figure(results, model_size="7B", tasks=BOOLEAN_TASKS, source="SUNR
     return fig, data
 
 # %% ../nbs/32_paper_figures.ipynb #dabb2900
-NOISE_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.4)
+NOISE_AXIS = (0.0,) + NOISE_LEVELS   # Figure 6: the clean accuracy run, then the flipped-label fractions
 
-def label_noise_data(results, model_size="7B", noise_levels=NOISE_LEVELS, tasks=BOOLEAN_TASKS, source="SUNRGBD",
+def label_noise_data(results, model_size="7B", noise_levels=NOISE_AXIS, tasks=BOOLEAN_TASKS, source="SUNRGBD",
                      scale=None, numbers=None) -> pd.DataFrame:
     "Figure 6's values: four-task average accuracy (%) of joint accuracy training per label-noise level, and of consistency."
     results = check_results(results)
@@ -453,7 +453,7 @@ def label_noise_data(results, model_size="7B", noise_levels=NOISE_LEVELS, tasks=
     rows.append(("noise", "all", "consistency", cons, "%", *(["noise_consistency"] if paper else [])))
     return figure_data(rows, numbers)
 
-def label_noise_figure(results, model_size="7B", noise_levels=NOISE_LEVELS, tasks=BOOLEAN_TASKS, source="SUNRGBD",
+def label_noise_figure(results, model_size="7B", noise_levels=NOISE_AXIS, tasks=BOOLEAN_TASKS, source="SUNRGBD",
                        scale=None, numbers=None, paper_marks: bool = True) -> tuple[Figure, pd.DataFrame]:
     "Figure 6: accuracy training under label noise vs the consistency line; returns (figure, data)."
     data = label_noise_data(results, model_size, noise_levels, tasks, source, scale, numbers)
@@ -527,7 +527,6 @@ def numeric_figure(results, model_size="7B", tasks=NUMERIC_TASKS, source="SUNRGB
     return fig, data
 
 # %% ../nbs/32_paper_figures.ipynb #542112f7
-PAIRINGS = ("minimal", "random", "one_to_all")
 PAIRING_LABELS = {"minimal": "minimal (OT)", "random": "random", "one_to_all": "one-to-all"}
 PAIRING_MARKERS = {"random": "o", "one_to_all": "^"}
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .core import check_choice
 from .files import build_once, cache_dir as default_cache_dir
 from .models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
 from .prompts import _visible_box, draw_markers, load_rgb, make_prompt, prompt_messages, prompt_text
@@ -72,7 +73,7 @@ class BaseRecipe:
             may_be_zero = "seed" in f.name or f.name in ("perception_weight", "perception_steps", "logic_steps")
             if f.name in ("think", "facts"):
                 valid = THINKS if f.name == "think" else FACTS
-                if value not in valid: raise ValueError(f"BaseRecipe.{f.name} must be one of {', '.join(valid)}; got {value!r}")
+                check_choice(f"BaseRecipe.{f.name}", value, valid)
             elif (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)
                   or (value < 0 if may_be_zero else value <= 0)):
                 raise ValueError(f"BaseRecipe.{f.name} must be a {'non-negative' if may_be_zero else 'positive'} "
@@ -177,7 +178,7 @@ def match_text(scene, question: Question) -> str:
 
 def target_completion(scene, question: Question, edges: dict, think: str = "cues") -> str:
     "The supervised completion: the think (claim, canonical fact, cue digits or empty) and the ground truth (Section 4.4)."
-    if think not in THINKS: raise ValueError(f"think must be one of {', '.join(THINKS)}; got {think!r}")
+    check_choice("think", think, THINKS)
     reasoning = {"cues": lambda: think_text(scene, question, edges), "facts": lambda: fact_text(scene, question),
                  "claim": lambda: claim_text(scene, question),
                  "match": lambda: match_text(scene, question), "none": lambda: ""}[think]()
@@ -266,7 +267,7 @@ def _supervised(tokenizer, prompts: list[str], completions: list[str]) -> dict:
 
 def fact_question(rng: np.random.Generator, question: Question, facts: str = "seen") -> Question:
     "The question a target is written for: `question`, or (facts 'random') on a coin the one with its compared objects swapped."
-    if facts not in FACTS: raise ValueError(f"facts must be one of {', '.join(FACTS)}; got {facts!r}")
+    check_choice("facts", facts, FACTS)
     if facts == "seen" or rng.random() < 0.5: return question   # 'seen' draws nothing: the shipped builds are unchanged
     return transform_question(question, Transform(marker_swap=True))   # the same words; the other object wins
 
@@ -394,7 +395,7 @@ def spatial_base_key(recipe: BaseRecipe) -> str:
 
 # %% ../nbs/24_pretraining.ipynb #5a4653e1
 def _check_name(name: str) -> BaseRecipe:
-    if name not in SPATIAL_BASES: raise ValueError(f"unknown spatial base {name!r}; valid choices: {', '.join(SPATIAL_BASES)}")
+    check_choice("spatial base", name, SPATIAL_BASES)
     return SPATIAL_BASES[name]
 
 def shipped_base(name: str) -> Path | None:

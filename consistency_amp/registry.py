@@ -21,37 +21,30 @@ from pathlib import Path
 
 import pandas as pd
 
+from .core import (NOISE_LEVELS, PAIRINGS, PAPER_GPUS, PAPER_JOINT_STEPS, PAPER_MODEL_SIZES, PAPER_MODELS,
+                                  PAPER_SETTINGS, REWARDS, SCALES, check_choice)
 from .runs import TRAIN_REQUIRED_KEYS, RunRecord, list_runs, read_run, resolve_path, run_name
 from .runs import runs_dir as resolve_runs_dir
 from .tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS
-from .train import PAPER_SETTINGS, TINY_MODEL_NAME
 from .train import model_size as entry_model_size
 
 # %% auto #0
-__all__ = ['SCALES', 'MODEL_SIZES', 'PAPER_MODELS', 'SOURCE', 'HELD_OUT_SOURCE', 'REWARDS', 'PAIRINGS', 'NOISE_LEVELS',
-           'DATA_ROOT_PLACEHOLDER', 'SCALE_SETTINGS', 'EXTERNAL_BASELINES', 'TRAIN_IDENTITY_KEYS', 'FIGURES',
-           'RESULT_COLUMNS', 'EXTRA_COLUMNS', 'RATE_FIELDS', 'STATUSES', 'LAUNCHABLE', 'STATUS_COLUMNS', 'LAUNCHERS',
-           'ACCELERATE_CONFIG', 'LOG_DIR', 'check_scale', 'scale_settings', 'eval_name_for', 'scale_models',
-           'model_tags', 'train_spec', 'base_spec', 'external_spec', 'Manifest', 'check_figures', 'manifest',
-           'stand_in_size', 'run_rows', 'results_table', 'write_fixture_run', 'fixture_result', 'param_differences',
-           'eval_gaps', 'spec_status', 'manifest_status', 'status_summary', 'missing_runs', 'train_command',
-           'eval_command', 'run_command', 'launch_missing', 'launcher_lock', 'figure_results', 'argument_parser',
-           'main', 'cli']
+__all__ = ['SOURCE', 'HELD_OUT_SOURCE', 'DATA_ROOT_PLACEHOLDER', 'SCALE_SETTINGS', 'EXTERNAL_BASELINES', 'TRAIN_IDENTITY_KEYS',
+           'FIGURES', 'RESULT_COLUMNS', 'EXTRA_COLUMNS', 'RATE_FIELDS', 'STATUSES', 'LAUNCHABLE', 'STATUS_COLUMNS',
+           'LAUNCHERS', 'ACCELERATE_CONFIG', 'LOG_DIR', 'check_scale', 'scale_settings', 'eval_name_for',
+           'scale_models', 'model_tags', 'train_spec', 'base_spec', 'external_spec', 'Manifest', 'check_figures',
+           'manifest', 'stand_in_size', 'run_rows', 'results_table', 'write_fixture_run', 'fixture_result',
+           'param_differences', 'eval_gaps', 'spec_status', 'manifest_status', 'status_summary', 'missing_runs',
+           'train_command', 'eval_command', 'run_command', 'launch_missing', 'launcher_lock', 'figure_results',
+           'argument_parser', 'main', 'cli']
 
 # %% ../nbs/31_registry.ipynb #2147c99d
-SCALES = ("mini", "paper")
-MODEL_SIZES = ("3B", "7B")
-PAPER_MODELS = {"3B": "Qwen/Qwen2.5-VL-3B-Instruct", "7B": "Qwen/Qwen2.5-VL-7B-Instruct"}  # = models.PAPER_MODELS
 SOURCE, HELD_OUT_SOURCE = "SUNRGBD", "KITTI"          # every model trains on SUN RGB-D; KITTI is held out
-REWARDS = ("accuracy", "consistency")
-PAIRINGS = ("minimal", "random", "one_to_all")
-NOISE_LEVELS = (0.1, 0.2, 0.3, 0.4)                   # Section 5.4: flipped-label fractions p
 DATA_ROOT_PLACEHOLDER = "$OMNI3D_ROOT"                # paper scale without a data root: a shell variable to set
 
 SCALE_SETTINGS = {
-    "paper": dict(steps=500, joint_steps=2000, num_generations=8, pairs_per_device=4, learning_rate=1e-6,
-                  temperature=1.0, beta=0.0, max_completion_length=512, seed=0, save_steps=50,
-                  max_examples=None, consistency_samples=1, max_new_tokens=512, nproc_per_node=8),
+    "paper": PAPER_SETTINGS | dict(joint_steps=PAPER_JOINT_STEPS, seed=0, max_examples=None, consistency_samples=1,
+                                   max_new_tokens=PAPER_SETTINGS["max_completion_length"], nproc_per_node=PAPER_GPUS),
     "mini": dict(steps=3, joint_steps=12, num_generations=4, pairs_per_device=1, learning_rate=1e-6,
                  temperature=1.0, beta=0.0, max_completion_length=32, seed=0, save_steps=0,
                  max_examples=4, consistency_samples=1, max_new_tokens=32, nproc_per_node=1),
@@ -59,8 +52,7 @@ SCALE_SETTINGS = {
 
 def check_scale(scale) -> str:
     "`scale` if it is 'mini' or 'paper', else a ValueError naming both."
-    if scale not in SCALES: raise ValueError(f"scale must be one of {', '.join(map(repr, SCALES))}; got {scale!r}")
-    return scale
+    return check_choice("scale", scale, SCALES)
 
 def scale_settings(scale: str, **overrides) -> dict:
     "The sizes of `scale` (steps, joint_steps, K, pairs per device, ..., evaluation caps) with `overrides` applied."
@@ -90,7 +82,7 @@ def scale_models(scale: str) -> dict[str, str]:
 
 def model_tags(scale: str) -> dict[str, str]:
     "How run names call each size's model at `scale`: '7B', or the stand-in's name ('spatial-base-large')."
-    return {s: s for s in MODEL_SIZES} if check_scale(scale) == "paper" else scale_models(scale)
+    return {s: s for s in PAPER_MODEL_SIZES} if check_scale(scale) == "paper" else scale_models(scale)
 
 # %% ../nbs/31_registry.ipynb #f2cf4f37
 EXTERNAL_BASELINES = {  # Figure 5: released checkpoints, evaluated without fine-tuning (Section 5.1)
@@ -114,9 +106,9 @@ def _external_name(key: str) -> str: return "external-" + key.replace("_", "-")
 def train_spec(scale: str, settings: dict, models: dict, *, task: str, reward: str, size: str = "7B",
                pairing: str = "minimal", label_noise: float = 0.0, data_root: str | None = None) -> dict:
     "The spec of one training run on SUN RGB-D (per-task, or 'joint' on the four boolean tasks)."
-    if task not in TASKS + ("joint",): raise ValueError(f"task must be one of {TASKS + ('joint',)}; got {task!r}")
-    if reward not in REWARDS: raise ValueError(f"reward must be one of {REWARDS}; got {reward!r}")
-    if pairing not in PAIRINGS: raise ValueError(f"pairing must be one of {PAIRINGS}; got {pairing!r}")
+    check_choice("task", task, TASKS + ("joint",))
+    check_choice("reward", reward, REWARDS)
+    check_choice("pairing", pairing, PAIRINGS)
     model = models[size]
     params = dict(kind="train", task=task, source=SOURCE, reward=reward, pairing=pairing, model=model,
                   model_size=entry_model_size(model), data_root=data_root,
@@ -233,10 +225,10 @@ def manifest(scale: str = "mini", *, data_root: str | os.PathLike | None = None,
     models = scale_models(scale)
     m = Manifest(scale, settings, {f: dict(title=t, what=w, needs={}) for f, (t, w) in FIGURES.items()})
     train = lambda **kw: train_spec(scale, settings, models, data_root=data_root, **kw)
-    base = {size: base_spec(scale, settings, models, size, data_root) for size in MODEL_SIZES}
+    base = {size: base_spec(scale, settings, models, size, data_root) for size in PAPER_MODEL_SIZES}
     B, SUN, KITTI = BOOLEAN_TASKS, (SOURCE,), (HELD_OUT_SOURCE,)
-    per_task = {(t, r, size): train(task=t, reward=r, size=size) for t in B for r in REWARDS for size in MODEL_SIZES}
-    for size in MODEL_SIZES:                                                  # Figure 2: same task, both sizes
+    per_task = {(t, r, size): train(task=t, reward=r, size=size) for t in B for r in REWARDS for size in PAPER_MODEL_SIZES}
+    for size in PAPER_MODEL_SIZES:                                                  # Figure 2: same task, both sizes
         m.need("figure_2", base[size], B, SUN)
         for t in B:
             for r in REWARDS: m.need("figure_2", per_task[t, r, size], (t,), SUN)
@@ -540,7 +532,7 @@ def _train_args(spec: dict, runs_dir, save_steps: int) -> list[tuple[str, object
 def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", nproc_per_node: int = 8,
                   save_steps: int = 50, accelerate_config: str = ACCELERATE_CONFIG) -> str:
     "The shell command that trains (or resumes) the run of `spec`."
-    if launcher not in LAUNCHERS: raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
+    check_choice("launcher", launcher, LAUNCHERS)
     args = _train_args(spec, runs_dir, save_steps)
     if launcher == "papermill":
         out = Path(os.fspath(runs_dir) if runs_dir is not None else "runs") / f"{spec['name']}.train.ipynb"

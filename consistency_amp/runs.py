@@ -20,6 +20,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from .core import check_choice
 from .files import repo_root, resolve_path, write_atomically   # runs.repo_root/resolve_path stay importable
 
 # %% auto #0
@@ -187,7 +188,7 @@ def run_path(name: str, runs: str | os.PathLike | None = None) -> Path:
 def write_status(run_dir: str | os.PathLike, state: str, step: int | None = None, max_steps: int | None = None,
                  **extra) -> dict:
     "Write status.json of `run_dir` atomically; unspecified step/max_steps/extras keep their previous values."
-    if state not in RUN_STATES: raise ValueError(f"state must be one of {RUN_STATES}; got {state!r}")
+    check_choice("state", state, RUN_STATES)
     path = Path(run_dir) / STATUS_FILE
     old = {}
     if path.exists():
@@ -205,7 +206,7 @@ def _experiment(params: dict) -> dict:
 def _check_params(params: dict) -> dict:
     if not isinstance(params, dict): raise ValueError(f"params must be a dict, got {type(params).__name__}")
     kind = params.get("kind", "train")
-    if kind not in RUN_KINDS: raise ValueError(f"params['kind'] must be one of {RUN_KINDS}; got {kind!r}")
+    check_choice("params['kind']", kind, RUN_KINDS)
     if kind == "train" and (missing := [k for k in TRAIN_REQUIRED_KEYS if params.get(k) is None]):
         raise ValueError(f"a training run's params need {list(TRAIN_REQUIRED_KEYS)}; missing or None: {missing}")
     return {k: params.get(k) for k in PARAM_KEYS} | dict(params) | {"kind": kind}

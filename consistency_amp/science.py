@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .files import write_atomically
-from .registry import NOISE_LEVELS   # Section 5.4: the flipped-label fractions p of accuracy training
+from .core import NOISE_LEVELS   # Section 5.4: the flipped-label fractions p of accuracy training
 
 # %% auto #0
 __all__ = ['CONDITIONS', 'METRICS', 'SCIENCE_COLUMNS', 'MONITOR_KEYS', 'check_outcomes', 'condition_means', 'bootstrap',

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from .core import check_choice
 from .geometry import box_area_fraction, box_center, box_coverage, box_iou
 from .omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, Object3D, Scene, load_omni3d, omni3d_json_path
 from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question,
@@ -174,7 +175,7 @@ def _pair_gaps(im: ImageObjects, task: str) -> tuple[np.ndarray, np.ndarray, flo
 
 def candidates(im: ImageObjects, task: str) -> Candidates:
     "Every group of `im`'s objects that passes the pair/group filters of `task` (a boolean task or absolute_distance)."
-    if task not in TASKS or task == "counting": raise ValueError(f"candidates: task must be one of {tuple(t for t in TASKS if t != 'counting')}, got {task!r}")
+    check_choice("candidates: task", task, tuple(t for t in TASKS if t != "counting"))
     n, f = len(im.objects), im.filters
     if n < N_OBJECTS[task]: return Candidates(np.zeros((0, N_OBJECTS[task]), int), np.zeros(0), 0.0, np.zeros(0))
     ok = im.overlap_ok()

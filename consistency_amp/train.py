@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
 
+from .core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
+                                  TINY_MODEL, check_choice)
 from .omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
 from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, CHECKPOINTS_DIR, PARAM_KEYS, check_run_name, create_run,
                    last_checkpoint, resolve_path, run_callback, run_path, write_status)
@@ -26,37 +28,24 @@ from .runs import run_name as default_run_name
 from .tasks import BOOLEAN_TASKS, TASKS
 
 # %% auto #0
-__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'REWARD_CHOICES', 'PAIRING_CHOICES', 'SOURCE_CHOICES', 'REPORT_TO_CHOICES',
-           'TINY_MODEL_NAME', 'DEFAULT_MODEL_NAME', 'PAPER_SETTINGS', 'PAPER_MODEL_SIZES', 'FLAG_PARAMS', 'model_size',
-           'TrainParams', 'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config',
-           'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser',
-           'parse_args', 'main']
+__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_CHOICES', 'FLAG_PARAMS', 'model_size', 'TrainParams',
+           'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config', 'save_final_adapter',
+           'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser', 'parse_args', 'main']
 
 # %% ../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
 JOINT_TASKS = BOOLEAN_TASKS
-REWARD_CHOICES = ("consistency", "accuracy")          # consistency_amp.trainer.REWARDS
-PAIRING_CHOICES = ("minimal", "random", "one_to_all")  # consistency_amp.pairing.STRATEGIES
 SOURCE_CHOICES = OMNI3D_SOURCES
 REPORT_TO_CHOICES = ("none", "tensorboard", "wandb")
-TINY_MODEL_NAME = "tiny-qwen2.5-vl"                    # consistency_amp.models.TINY_MODEL: random weights
-DEFAULT_MODEL_NAME = "spatial-base-large"             # consistency_amp.models.DEFAULT_MODEL: the pretrained spatial base
-PAPER_SETTINGS = dict(steps=500, num_generations=8, pairs_per_device=4, learning_rate=1e-6, temperature=1.0, beta=0.0,
-                      max_completion_length=512, save_steps=50)
-PAPER_MODEL_SIZES = ("3B", "7B")
 
 def model_size(model: str) -> str | None:
     "'tiny' for the tiny model, '3B'/'7B'/... when the model's name says so, else None."
-    if model == TINY_MODEL_NAME: return "tiny"
+    if model == TINY_MODEL: return "tiny"
     m = re.search(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)B(?![A-Za-z])", Path(str(model)).name)
     return f"{m.group(1)}B" if m else None
 
 # %% ../nbs/23_train_entry.ipynb #3ae34ac7
 _TRUE, _FALSE, _NONE = ("true", "yes", "1", "on"), ("false", "no", "0", "off"), ("none", "null", "")
-
-def _choice(name: str, value, valid, note: str = "") -> None:
-    if value not in valid:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, valid))}{note}; got {value!r}")
 
 def _int(name: str, value, low: int, what: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -91,7 +80,7 @@ class TrainParams:
     source: str = "SUNRGBD"             # training source (the paper trains on SUN RGB-D)
     reward: str = "consistency"         # "consistency" (label-free, paired) or "accuracy" (ground truth)
     pairing: str = "minimal"            # "minimal" (OT-GRPO), "random" or "one_to_all"
-    model: str = DEFAULT_MODEL_NAME     # Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)
+    model: str = DEFAULT_MODEL     # Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)
     data_root: str | None = None        # Omni3D root; None = the built-in synthetic world
     steps: int = 5                      # optimizer steps (paper: 500)
     num_generations: int = 4            # K, completions per prompt (paper: 8)
@@ -124,10 +113,10 @@ class TrainParams:
                  "max_completion_length": "int", "save_steps": "int", "learning_rate": "float",
                  "temperature": "float", "beta": "float", "label_noise": "float"}
         for name, kind in kinds.items(): setattr(self, name, _coerce(getattr(self, name), kind))
-        _choice("task", self.task, TRAIN_TASKS, " ('joint': the four boolean tasks together)")
-        _choice("source", self.source, SOURCE_CHOICES)
-        _choice("reward", self.reward, REWARD_CHOICES)
-        _choice("pairing", self.pairing, PAIRING_CHOICES)
+        check_choice("task", self.task, TRAIN_TASKS, " ('joint': the four boolean tasks together)")
+        check_choice("source", self.source, SOURCE_CHOICES)
+        check_choice("reward", self.reward, REWARDS)
+        check_choice("pairing", self.pairing, PAIRINGS)
         _int("num_generations", self.num_generations, 2, " (the group size K)")
         for name in ("steps", "pairs_per_device", "max_completion_length"): _int(name, getattr(self, name), 1)
         for name in ("seed", "save_steps"): _int(name, getattr(self, name), 0)
@@ -148,10 +137,10 @@ class TrainParams:
         if self.resume and self.overwrite: raise ValueError("resume and overwrite contradict each other: choose one")
         if self.gradient_checkpointing not in (None, True, False):
             raise ValueError(f"gradient_checkpointing must be true, false or None; got {self.gradient_checkpointing!r}")
-        _choice("report_to", self.report_to, REPORT_TO_CHOICES)
+        check_choice("report_to", self.report_to, REPORT_TO_CHOICES)
         if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
             raise ValueError(f"report_to={self.report_to!r} needs the {self.report_to} package: pip install {self.report_to}")
-        if self.scale is not None: _choice("scale", self.scale, ("mini", "paper"))
+        if self.scale is not None: check_choice("scale", self.scale, SCALES)
         if not isinstance(self.model, str) or not self.model.strip(): raise ValueError(f"model must be a name or path; got {self.model!r}")
         if self.trainer_args is not None and not isinstance(self.trainer_args, dict):
             raise ValueError(f"trainer_args must be a dict of OTGRPOConfig fields; got {self.trainer_args!r}")
@@ -334,7 +323,7 @@ def argument_parser() -> argparse.ArgumentParser:
                     "torchrun --nproc_per_node N -m consistency_amp.train ...; accelerate launch --config_file "
                     "configs/accelerate/<config>.yaml -m consistency_amp.train ...",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=REWARD_CHOICES, pairing=PAIRING_CHOICES,
+    choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=REWARDS, pairing=PAIRINGS,
                    report_to=REPORT_TO_CHOICES)
     for f in fields(TrainParams):
         names = [f"--{f.name}"] + (["-K", "--K"] if f.name == "num_generations" else [])

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .core import check_choice
+
 # %% ../nbs/00_verifiers.ipynb #ccfded4a
 SYSTEM_PROMPT: str = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
@@ -25,10 +27,6 @@ SYSTEM_PROMPT: str = (
 # %% ../nbs/00_verifiers.ipynb #ce2d0b86
 ANSWER_TYPES = ("boolean", "numeric")
 RELATIONS = ("same", "opposite", "numeric")
-
-def _check_choice(param: str, value, choices: tuple) -> None:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{param} must be one of {', '.join(map(repr, choices))}; got {value!r}")
 
 # %% ../nbs/00_verifiers.ipynb #a7d77dba
 def _content_text(content) -> str:
@@ -100,7 +98,7 @@ def parse_numeric(text: str) -> float | None:
 # %% ../nbs/00_verifiers.ipynb #58fde9b4
 def parse_answer(completion, answer_type: str) -> bool | float | None:
     "The parsed answer of a completion for `answer_type` ('boolean' or 'numeric'); None when unparseable."
-    _check_choice("answer_type", answer_type, ANSWER_TYPES)
+    check_choice("answer_type", answer_type, ANSWER_TYPES)
     answer = extract_answer(completion)
     if answer is None: return None
     return parse_boolean(answer) if answer_type == "boolean" else parse_numeric(answer)
@@ -132,7 +130,7 @@ def _is_magnitude(x: float | None) -> bool:
 
 def accuracy(y, y_star, answer_type: str) -> float:
     "Accuracy verifier: exact match for booleans, max(0, 1 - |y - y*| / y*) for numbers; 0 for an unparseable y."
-    _check_choice("answer_type", answer_type, ANSWER_TYPES)
+    check_choice("answer_type", answer_type, ANSWER_TYPES)
     if answer_type == "boolean":
         if not _is_bool(y_star):
             raise TypeError(f"ground truth y_star must be a bool for answer_type 'boolean'; got {type(y_star).__name__} {y_star!r}")
@@ -152,7 +150,7 @@ def accuracy(y, y_star, answer_type: str) -> float:
 # %% ../nbs/00_verifiers.ipynb #fcb874fe
 def consistency(y, y_prime, relation: str) -> float:
     "Consistency verifier for a pair of parsed answers related by 'same', 'opposite' or 'numeric'; 0 if either is None."
-    _check_choice("relation", relation, RELATIONS)
+    check_choice("relation", relation, RELATIONS)
     if relation == "numeric":
         y, y_prime = _as_number(y, "y"), _as_number(y_prime, "y_prime")
         if not (_is_magnitude(y) and _is_magnitude(y_prime)): return 0.0

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from consistency_amp.baseline import APPENDIX_A_KS, expected_reward
-from consistency_amp.pairing import STRATEGIES
+from consistency_amp.core import PAIRINGS
 from consistency_amp.real_frames import REAL_SAMPLES_RELATIVE, real_samples_root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,8 +105,8 @@ def test_table_holds_the_exact_values(executed):
     out_dir, _ = executed
     table = pd.read_csv(out_dir / f"{STEM}.csv").set_index(["strategy", "method"])
     assert list(table.columns) == [str(K) for K in APPENDIX_A_KS]
-    assert sorted(table.index) == sorted((s, m) for s in STRATEGIES for m in ("exact", "approx"))
-    for s in STRATEGIES:
+    assert sorted(table.index) == sorted((s, m) for s in PAIRINGS for m in ("exact", "approx"))
+    for s in PAIRINGS:
         for K in APPENDIX_A_KS:
             assert table.loc[(s, "exact"), str(K)] == pytest.approx(expected_reward(K, s), abs=1e-12)
             assert table.loc[(s, "approx"), str(K)] == pytest.approx(expected_reward(K, s, method="approx"), abs=1e-12)

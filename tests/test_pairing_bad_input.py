@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from consistency_amp.pairing import (STRATEGIES, consistency_reward_func, consistency_rewards, minimal_coupling,
+from consistency_amp.core import PAIRINGS
+from consistency_amp.pairing import (consistency_reward_func, consistency_rewards, minimal_coupling,
                                      pair_rewards, pair_rewards_batch, rewards_from_coupling, verifier_matrix)
 
 GOOD = [[0.0, 1.0], [1.0, 0.0]]
@@ -19,7 +20,7 @@ GOOD = [[0.0, 1.0], [1.0, 0.0]]
     ([["a", "b"]], "verifier scores must be numbers"),
     ([[0.0, 1.0], [1.0]], "verifier scores must be numbers"),   # ragged
 ])
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", PAIRINGS)
 def test_bad_matrix(V, message, strategy):
     with pytest.raises(ValueError) as e: pair_rewards(V, strategy)
     assert message in str(e.value)
@@ -29,12 +30,12 @@ def test_bad_matrix(V, message, strategy):
 def test_unknown_strategy_lists_choices(strategy):
     for call in (lambda: pair_rewards(GOOD, strategy), lambda: pair_rewards_batch([GOOD], strategy),
                  lambda: consistency_rewards([True], [False], "same", strategy)):
-        with pytest.raises(ValueError, match="valid choices are 'random', 'one_to_all', 'minimal'"): call()
+        with pytest.raises(ValueError, match="pairing strategy must be one of 'minimal', 'random', 'one_to_all'"): call()
 
 
 def test_unknown_strategy_even_for_empty_groups():
-    with pytest.raises(ValueError, match="unknown pairing strategy"): pair_rewards(np.zeros((0, 3)), "greedy")
-    with pytest.raises(ValueError, match="unknown pairing strategy"): consistency_rewards([None], [None], "same", "greedy")
+    with pytest.raises(ValueError, match="pairing strategy must be one of"): pair_rewards(np.zeros((0, 3)), "greedy")
+    with pytest.raises(ValueError, match="pairing strategy must be one of"): consistency_rewards([None], [None], "same", "greedy")
 
 
 def test_batch_shape_and_values():
@@ -100,4 +101,4 @@ def test_reward_func_bad_columns(overrides, error, message):
 
 
 def test_reward_func_unknown_strategy():
-    with pytest.raises(ValueError, match="valid choices"): consistency_reward_func(**_batch(), strategy="best")
+    with pytest.raises(ValueError, match="must be one of"): consistency_reward_func(**_batch(), strategy="best")

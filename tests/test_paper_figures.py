@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from consistency_amp.paper_figures import (FIGURE_TASKS, NOISE_LEVELS, PAIRINGS, artists_by_gid, baselines_figure,
+from consistency_amp.paper_figures import (FIGURE_TASKS, NOISE_AXIS, artists_by_gid, baselines_figure,
                                            comparison_markdown, cross_domain_figure, cross_task_figure, gid,
                                            label_noise_figure, numeric_figure, pairing_figure, paper_comparison,
                                            paper_numbers, paper_numbers_path, results_rows, same_task_figure,
@@ -193,7 +193,7 @@ def test_label_noise_curve_joins_only_existing_noise_levels(tmp_path):
         assert gid("label", "noise", pct, "accuracy") not in drawn
     assert math.isnan(value_at(data, "noise", "all", "consistency"))
     assert gid("line", "noise", "all", "consistency") not in drawn and gid("missing", "noise", "all", "consistency") in drawn
-    assert len(data) == len(NOISE_LEVELS) + 1
+    assert len(data) == len(NOISE_AXIS) + 1
     no_decoy_drawn(data)
     assert_readable(fig, data, tmp_path, "fig6")
 
@@ -313,7 +313,8 @@ def assert_png_pdf(paths):
 
 def test_qualitative_figure_reads_records_and_never_invents(tmp_path):
     from consistency_amp.data_figures import qualitative_figure
-    from consistency_amp.registry import PAPER_MODELS, fixture_result, results_table, write_fixture_run
+    from consistency_amp.core import PAPER_MODELS
+    from consistency_amp.registry import fixture_result, results_table, write_fixture_run
 
     def rec(uid, completion, correct):
         return dict(uid=uid, task="depth", source="SUNRGBD", question=f"Q {uid}?", image_file=None, ground_truth=True,

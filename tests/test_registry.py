@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from consistency_amp.registry import (EXTERNAL_BASELINES, LAUNCHABLE, PAPER_MODELS, RESULT_COLUMNS, TRAIN_IDENTITY_KEYS,
-                                      fixture_result, launch_missing, manifest, manifest_status, missing_runs,
+from consistency_amp.core import PAPER_MODELS
+from consistency_amp.registry import (EXTERNAL_BASELINES, LAUNCHABLE, RESULT_COLUMNS, TRAIN_IDENTITY_KEYS, fixture_result,
+                                      launch_missing, manifest, manifest_status, missing_runs,
                                       results_table, status_summary, write_fixture_run)
 from consistency_amp.runs import create_run, read_json, read_run, write_json
 from consistency_amp.tasks import BOOLEAN_TASKS

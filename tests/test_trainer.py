@@ -73,7 +73,7 @@ def score(trainer, texts):
 # ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize("kwargs, message", [
     (dict(reward="label"), "reward must be one of 'consistency', 'accuracy'"),
-    (dict(pairing="hungarian"), "pairing must be one of 'random', 'one_to_all', 'minimal'"),
+    (dict(pairing="hungarian"), "pairing must be one of 'minimal', 'random', 'one_to_all'"),
     (dict(label_noise=-0.1, reward="accuracy"), "label_noise must be a probability in [0, 1]"),
     (dict(label_noise=True, reward="accuracy"), "label_noise must be a probability"),
     (dict(label_noise=0.1), "reads no label"),
