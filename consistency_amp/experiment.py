@@ -24,18 +24,26 @@ from .synthetic import SyntheticConfig
 from .tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['HEADLINE_CONDITIONS', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'CONDITION_COLOURS',
-           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file', 'run_job',
-           'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals', 'plot_task_accuracy', 'train_logs', 'report',
-           'claim_rows', 'plot_claim_constancy', 'argument_parser', 'main']
+__all__ = ['HEADLINE_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS', 'FULL_CONDITIONS',
+           'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'CONDITION_COLOURS',
+           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file',
+           'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals',
+           'plot_task_accuracy', 'train_logs', 'report', 'claim_rows', 'plot_claim_constancy', 'argument_parser',
+           'main']
 
 # %% ../nbs/35_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
 
 HEADLINE_CONDITIONS = ("base", "accuracy", "consistency", "blind")   # the default: the paper's claim and the blind control
-FULL_CONDITIONS = HEADLINE_CONDITIONS + ("consistency_marker_swap", "consistency_random", "consistency_one_to_all", "blind_marker_swap",
-                                         "no_ability_base", "no_ability_consistency") + tuple(
-    f"accuracy_noise{p:g}" for p in NOISE_LEVELS)
+SCIENCE_CONDITIONS = HEADLINE_CONDITIONS + ("consistency_marker_swap", "consistency_random", "consistency_one_to_all",
+                                            "blind_marker_swap", "no_ability_base", "no_ability_consistency") + tuple(
+    f"accuracy_noise{p:g}" for p in NOISE_LEVELS)                   # the science table's rows (`consistency_amp.science`)
+# Figures 2-4 in miniature: each boolean task trained alone, with each reward, from each base ("_small": the base that
+# stands in for 3B), evaluated on every task and on the held-out source; {condition: (task, reward, start)}
+PER_TASK_CONDITIONS = {f"{task}_{reward}{size}": (task, reward, start) for size, start in (("", "base"), ("_small", "base_small"))
+                       for task in BOOLEAN_TASKS for reward in ("accuracy", "consistency")}
+FIGURE_CONDITIONS = ("base_small",) + tuple(PER_TASK_CONDITIONS)
+FULL_CONDITIONS = SCIENCE_CONDITIONS + FIGURE_CONDITIONS
 
 @dataclass(frozen=True)
 class ExperimentConfig:
@@ -81,10 +89,10 @@ class ExperimentConfig:
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
 
 # %% ../nbs/35_experiment.ipynb #c43e7841
-def world_config(config: ExperimentConfig, val: bool = False) -> SyntheticConfig:
-    "The synthetic world of the experiment (or, with `val`, the one the settings were chosen on)."
+def world_config(config: ExperimentConfig, val: bool = False, source: str = SOURCE) -> SyntheticConfig:
+    "The synthetic world of the experiment (or, with `val`, the one the settings were chosen on) of one source."
     n = config.images
-    return SyntheticConfig(seed=config.val_world_seed if val else config.world_seed, sources=(SOURCE,),
+    return SyntheticConfig(seed=config.val_world_seed if val else config.world_seed, sources=(source,),
                            n_images_per_split={"train": n - 2 * (n // 6), "val": n // 6, "test": n // 6})
 
 # %% ../nbs/35_experiment.ipynb #98837e15
@@ -97,22 +105,28 @@ CONDITION_OVERRIDES = {
     "consistency_marker_swap": dict(reward="consistency", pairing="minimal", marker_swap=True),   # beyond the paper
     "blind_marker_swap": dict(reward="consistency", pairing="minimal", blind=True, marker_swap=True),
     "no_ability_consistency": dict(reward="consistency", pairing="minimal", start="no_ability_base"),
-} | {f"accuracy_noise{p:g}": dict(reward="accuracy", label_noise=p) for p in NOISE_LEVELS}
+} | {f"accuracy_noise{p:g}": dict(reward="accuracy", label_noise=p) for p in NOISE_LEVELS} | {
+    name: dict(task=task, reward=reward, start=start) | (dict(pairing="minimal") if reward == "consistency" else {})
+    for name, (task, reward, start) in PER_TASK_CONDITIONS.items()}
 def _no_ability_model(config) -> str:
     from consistency_amp.pretraining import NO_ABILITY_BASE   # (imported late: the module loads torch)
     return NO_ABILITY_BASE
 
+def _small_model(config) -> str:
+    from consistency_amp.pretraining import STANDS_IN_FOR     # the shipped base that stands in for 3B
+    return next(name for name, size in STANDS_IN_FOR.items() if size == "3B")
+
 # the conditions that evaluate a model as it is, and that model; a trained condition starts from the model of one
 # of them (its `start`, by default "base")
-EVALUATED_ONLY = {"base": lambda config: config.model, "no_ability_base": _no_ability_model}
-assert set(CONDITION_OVERRIDES) | set(EVALUATED_ONLY) == set(FULL_CONDITIONS) and set(FULL_CONDITIONS) <= set(CONDITIONS)
+EVALUATED_ONLY = {"base": lambda config: config.model, "no_ability_base": _no_ability_model, "base_small": _small_model}
+assert set(CONDITION_OVERRIDES) | set(EVALUATED_ONLY) == set(FULL_CONDITIONS) and set(SCIENCE_CONDITIONS) <= set(CONDITIONS)
 
 def run_name_of(condition: str, seed: int) -> str:
     "The run folder's name: the condition for a model evaluated as it is (once: greedy decoding has no seed), else '<condition>-seed<seed>'."
     return condition if condition in EVALUATED_ONLY else f"{condition}-seed{seed}"
 
 def train_params(config: ExperimentConfig, condition: str, seed: int, data_root, runs_dir):
-    "The `TrainParams` of one trained condition and seed: joint training on the four boolean tasks."
+    "The `TrainParams` of one trained condition and seed: joint training on the four boolean tasks, or one task."
     from consistency_amp.train import TrainParams
     overrides = dict(CONDITION_OVERRIDES[condition])
     shared = dict(model=EVALUATED_ONLY[overrides.pop("start", "base")](config), task="joint", source=SOURCE, steps=config.steps, num_generations=config.num_generations,
@@ -123,15 +137,21 @@ def train_params(config: ExperimentConfig, condition: str, seed: int, data_root,
     return TrainParams(**shared | overrides)
 
 # %% ../nbs/35_experiment.ipynb #9e74adfe
-EVAL_NAME = "test"
+EVAL_NAME, HELD_OUT_EVAL_NAME = "test", "test-kitti"   # the SUN RGB-D test split; KITTI's (held out: never trained on)
 
 def experiment_dir(config: ExperimentConfig, runs_dir=None) -> Path:
     "The folder of the experiment's runs: `<runs>/experiment-<digest>` (runs: $CONSISTENCY_AMP_RUNS or <repo>/runs)."
     from consistency_amp.runs import runs_dir as default_runs
     return default_runs(runs_dir) / f"experiment-{config.digest}"
 
-def eval_file(config: ExperimentConfig, condition: str, seed: int, runs_dir=None) -> Path:
-    return experiment_dir(config, runs_dir) / run_name_of(condition, seed) / "eval" / f"{EVAL_NAME}.json"
+def eval_file(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, eval_name: str = EVAL_NAME) -> Path:
+    return experiment_dir(config, runs_dir) / run_name_of(condition, seed) / "eval" / f"{eval_name}.json"
+
+def eval_names(config: ExperimentConfig, condition: str) -> tuple[str, ...]:
+    "The evaluations a job leaves: the SUN RGB-D test split; also KITTI's for Figure 4 (the per-task runs and their bases)."
+    figures = any(c in PER_TASK_CONDITIONS for c in config.conditions)
+    kitti = condition in PER_TASK_CONDITIONS or condition == "base_small" or (condition == "base" and figures)
+    return (EVAL_NAME, HELD_OUT_EVAL_NAME) if kitti else (EVAL_NAME,)
 
 # %% ../nbs/35_experiment.ipynb #90d78d69
 def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, progress: bool = False) -> Path:
@@ -141,19 +161,24 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
     from consistency_amp.synthetic import default_world
     from consistency_amp.train import run_training
     out = eval_file(config, condition, seed, runs_dir)
-    if out.is_file(): return out
+    todo = [name for name in eval_names(config, condition) if not eval_file(config, condition, seed, runs_dir, name).is_file()]
+    if not todo: return out
     folder, root = experiment_dir(config, runs_dir), default_world(world_config(config))
-    evaluation = dict(tasks=BOOLEAN_TASKS, sources=(SOURCE,), max_examples=config.eval_per_task, data_root=root,
-                      batch_size=config.eval_batch_size, max_new_tokens=config.max_completion_length, examples=True,
-                      consistency_samples=0, progress=progress)   # accuracy is scored on x alone: x' would double the cost
+    shared = dict(tasks=BOOLEAN_TASKS, max_examples=config.eval_per_task, batch_size=config.eval_batch_size,
+                  max_new_tokens=config.max_completion_length, examples=True, consistency_samples=0,
+                  progress=progress)   # accuracy is scored on x alone: x' would double the cost
+    where = {EVAL_NAME: dict(sources=(SOURCE,), data_root=root),
+             HELD_OUT_EVAL_NAME: dict(sources=("KITTI",), data_root=default_world(world_config(config, source="KITTI")))}
     if condition in EVALUATED_ONLY:
-        return evaluate_model(EVALUATED_ONLY[condition](config), EVAL_NAME, run_name=condition, kind="base",
-                              runs_dir=folder, **evaluation)
+        for name in todo: evaluate_model(EVALUATED_ONLY[condition](config), name, run_name=condition, kind="base",
+                                         runs_dir=folder, **shared | where[name])
+        return out
     params = train_params(config, condition, seed, root, folder)
     run = folder / params.name
     if not (run.exists() and read_run(run).complete):
         run_training(params, resume=run.exists())
-    return evaluate_run(run, EVAL_NAME, runs_dir=folder, **evaluation)
+    for name in todo: evaluate_run(run, name, runs_dir=folder, **shared | where[name])
+    return out
 
 # %% ../nbs/35_experiment.ipynb #f3a360cb
 def jobs(config: ExperimentConfig) -> list[tuple[str, int]]:
@@ -162,7 +187,8 @@ def jobs(config: ExperimentConfig) -> list[tuple[str, int]]:
     return once + [(c, s) for c in config.conditions if c not in EVALUATED_ONLY for s in config.seeds]
 
 def missing_jobs(config: ExperimentConfig, runs_dir=None) -> list[tuple[str, int]]:
-    return [(c, s) for c, s in jobs(config) if not eval_file(config, c, s, runs_dir).is_file()]
+    return [(c, s) for c, s in jobs(config)
+            if not all(eval_file(config, c, s, runs_dir, name).is_file() for name in eval_names(config, c))]
 
 # %% ../nbs/35_experiment.ipynb #b3c08cb5
 def _job_command(config: ExperimentConfig, condition: str, seed: int, runs_dir) -> list[str]:
@@ -194,9 +220,10 @@ def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tu
 
 # %% ../nbs/35_experiment.ipynb #e77f11f8
 def outcomes(config: ExperimentConfig, runs_dir=None) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-    "({condition: seeds x examples}, the example uids, their tasks) of every finished job; conditions with none are left out."
+    "({condition: seeds x examples}, the example uids, their tasks) of every finished job of the science table's conditions."
     by_condition, uids = {}, None
     for condition, seed in jobs(config):
+        if condition not in SCIENCE_CONDITIONS: continue   # Figures 2-4's runs: `consistency_amp.experiment_figures`
         path = eval_file(config, condition, seed, runs_dir)
         if not path.is_file(): continue
         records = sorted(json.loads(path.read_text())["examples"], key=lambda r: r["uid"])
@@ -256,7 +283,7 @@ def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency
             if (folder / (name := run_name_of(c, s))).is_dir()}
 
 def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
-    "Write the science table (science.md, science.csv), the accuracy figure and the monitor figure to `out_dir`; the paths."
+    "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4 where run, to `out_dir`; the paths."
     import matplotlib.pyplot as plt
     from consistency_amp.science import plot_answer_monitor, science_markdown, science_table, write_science
     data, _, tasks = outcomes(config, runs_dir)
@@ -280,7 +307,8 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
         for ext in ("png", "pdf"):
             fig.savefig(out / f"{name}.{ext}", dpi=150, bbox_inches="tight"); paths.append(out / f"{name}.{ext}")
         plt.close(fig)
-    return paths
+    from consistency_amp.experiment_figures import report_figures   # (imported late: it imports this module)
+    return paths + report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4, where their runs exist
 
 # %% ../nbs/35_experiment.ipynb #2b6028af
 def claim_rows(config: ExperimentConfig, runs_dir=None) -> list[dict]:
@@ -292,7 +320,7 @@ def claim_rows(config: ExperimentConfig, runs_dir=None) -> list[dict]:
     questions = {e.uid: e.question for group in held_out.values() for e in group}
     rows, sides = [], [("ground truth", "ground_truth")]
     for condition, seed in jobs(config):
-        if not (path := eval_file(config, condition, seed, runs_dir)).is_file(): continue
+        if condition not in SCIENCE_CONDITIONS or not (path := eval_file(config, condition, seed, runs_dir)).is_file(): continue
         records = json.loads(path.read_text())["examples"]
         for name, key in sides + [(condition, "answer")]:
             claims = {}

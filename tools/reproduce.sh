@@ -9,9 +9,11 @@
 #
 # * The miniature experiment (python -m consistency_amp.experiment; nbs/35_experiment.ipynb): spatial-base-large
 #   trained with the accuracy reward, the consistency reward and the blind control (--full: also the consistency reward
-#   with the marker swap, the pairing ablation, label noise and the no-ability control), 3 seeds each, evaluated on 300
+#   with the marker swap, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures
+#   2-4 from both spatial bases, nbs/36_experiment_figures.ipynb), 3 seeds each, evaluated on 300
 #   held-out examples per task; writes
-#   figures/science.{md,csv} and figures/science_{accuracy,monitor,claims}.{png,pdf}.
+#   figures/science.{md,csv}, figures/science_{accuracy,monitor,claims}.{png,pdf} and, with --full,
+#   figures/science_fig{2_same_task,3_cross_task,4_cross_domain}.{png,pdf,csv}.
 # * The mini grid: every paper figure's runs at toy size (a pipeline check; its numbers are not the science).
 # * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.
 # * Executes nbs/figures.ipynb with papermill; the executed copy goes to runs/figures/figures-<timestamp>.ipynb
