@@ -20,7 +20,7 @@ import numpy as np
 import ot
 from scipy.optimize import linear_sum_assignment
 
-from consistency_amp.pairing import _canonical_order, consistency_rewards, pair_rewards, pair_rewards_batch
+from consistency_amp.reward.pairing import _canonical_order, consistency_rewards, pair_rewards, pair_rewards_batch
 
 TARGET_US = 5.0
 

@@ -27,17 +27,17 @@ import numpy as np
 import PIL
 from PIL import Image
 
-from consistency_amp.prompts import load_rgb, make_prompt, make_prompt_pair, use_pillow_block_cache
-from consistency_amp.tasks import TASKS, ground_truth
-from consistency_amp.transforms import apply_transform, relation_of, sample_transform
+from consistency_amp.world.prompts import load_rgb, make_prompt, make_prompt_pair, use_pillow_block_cache
+from consistency_amp.world.tasks import TASKS, ground_truth
+from consistency_amp.world.transforms import apply_transform, relation_of, sample_transform
 
 TARGET = 150.0
 
 
 def build_examples(folder: Path, n_images: int, fmt: str, seed: int):
     "Synthetic 640x480 scenes written as image files under `folder`, and the examples selected on them (all tasks)."
-    from consistency_amp.synthetic import generate_image, image_rng
-    from consistency_amp.task_splits import build_examples as select
+    from consistency_amp.world.synthetic import generate_image, image_rng
+    from consistency_amp.world.task_splits import build_examples as select
     scenes = []
     for i in range(n_images):
         source = "SUNRGBD"

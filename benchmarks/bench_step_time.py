@@ -5,7 +5,7 @@ usage: python benchmarks/bench_step_time.py --arch 7B                     # one 
        python benchmarks/bench_step_time.py --arch tiny --device cpu --steps 2 --warmup 1 \\
            --completion-length 16 --pairs-per-device 1 --K 2                # CPU smoke test (~10-30 s)
 
-Runs the project's training path (`consistency_amp.train.trainer_config` -> `OTGRPOConfig`, `OTGRPOTrainer`, the
+Runs the project's training path (`consistency_amp.training.train.trainer_config` -> `OTGRPOConfig`, `OTGRPOTrainer`, the
 train split of `build_task_splits(default_world(), ...)`, LoRA r=32/alpha=64 on the language model only, frozen
 vision tower, bf16 and gradient checkpointing on a GPU) on a model built from the released checkpoints'
 architecture with random weights (nothing is downloaded; the tiny model's tokenizer and processor, with the
@@ -66,7 +66,7 @@ SECTIONS = ("generate", "rewards", "consistency", "pairing", "prepare_other", "l
 def model_config(arch: str, tokenizer):
     "`Qwen2_5_VLConfig` of `arch` ('3B', '7B' or 'tiny') whose special-token ids are those of `tokenizer`."
     from transformers import Qwen2_5_VLConfig
-    from consistency_amp.models import QWEN2_5_VL_SPECIAL_TOKENS, tiny_qwen2_5_vl_config
+    from consistency_amp.training.models import QWEN2_5_VL_SPECIAL_TOKENS, tiny_qwen2_5_vl_config
     if arch == "tiny": return tiny_qwen2_5_vl_config(tokenizer)
     if arch not in ARCHITECTURES: raise ValueError(f"--arch must be one of 3B, 7B, tiny; got {arch!r}")
     spec = ARCHITECTURES[arch]
@@ -90,7 +90,7 @@ def build_model(config, device, dtype, attn_implementation: str = "sdpa"):
 
 def parameter_count(arch: str, tokenizer=None) -> int:
     "Total parameters of `arch` (tied embeddings once), counted on the meta device: no memory is allocated."
-    from consistency_amp.models import load_processor, TINY_MODEL
+    from consistency_amp.training.models import load_processor, TINY_MODEL
     tokenizer = tokenizer or load_processor(TINY_MODEL).tokenizer
     model = build_model(model_config(arch, tokenizer), "meta", torch.bfloat16)
     return sum(p.numel() for p in model.parameters())
@@ -133,9 +133,9 @@ def scripted_text(answer_type: str, rng: np.random.Generator) -> str:
 
 def timed_trainer_class():
     from transformers import TrainerCallback
-    import consistency_amp.pairing as pairing_module
-    import consistency_amp.trainer as trainer_module
-    from consistency_amp.trainer import OTGRPOTrainer
+    import consistency_amp.reward.pairing as pairing_module
+    import consistency_amp.training.trainer as trainer_module
+    from consistency_amp.training.trainer import OTGRPOTrainer
 
     class TimedOTGRPOTrainer(OTGRPOTrainer):
         "OTGRPOTrainer with its phases timed; optionally scores scripted answers instead of the random model's text."
@@ -244,7 +244,7 @@ def parse_args(argv=None):
                     help="image processor's longest_edge in pixels; default: the released 12845056 for 3B/7B "
                          "(a 640x480 image -> 391 visual tokens), the tiny model's for tiny")
     ap.add_argument("--gradient-checkpointing", default=None, choices=("true", "false"),
-                    help="default: on a GPU yes (as consistency_amp.train), on the CPU no")
+                    help="default: on a GPU yes (as consistency_amp.training.train), on the CPU no")
     ap.add_argument("--attn-implementation", default="sdpa",
                     help="attention kernels of the model: sdpa, eager, or flash_attention_2 (if installed)")
     ap.add_argument("--lora-dropout", type=float, default=None,
@@ -271,9 +271,9 @@ def parse_args(argv=None):
 def run(args) -> dict:
     from peft import get_peft_model
     from transformers import GenerationConfig, PrinterCallback, set_seed
-    from consistency_amp.models import (TINY_MODEL, check_lora_placement, count_parameters, freeze_vision_tower,
+    from consistency_amp.training.models import (TINY_MODEL, check_lora_placement, count_parameters, freeze_vision_tower,
                                         load_processor, lora_config, resolve_device, resolve_dtype)
-    from consistency_amp.train import TrainParams, train_examples, trainer_config, world_size
+    from consistency_amp.training.train import TrainParams, train_examples, trainer_config, world_size
 
     device = resolve_device(args.device)
     dtype = resolve_dtype("auto", device)   # bf16 on a GPU, fp32 on the CPU
@@ -307,7 +307,7 @@ def run(args) -> dict:
             freeze_vision_tower(model)
             model = get_peft_model(model, lora_config(**({} if args.lora_dropout is None else {"dropout": args.lora_dropout})))
         else:
-            from consistency_amp.models import load_model
+            from consistency_amp.training.models import load_model
             model, _ = load_model(args.model, device=device, dtype=dtype, attn_implementation=args.attn_implementation,
                                   **({} if args.lora_dropout is None else {"lora_dropout": args.lora_dropout}))
         check_lora_placement(model)

@@ -20,9 +20,9 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEX
 import argparse, platform, tempfile, time
 from pathlib import Path
 
-from consistency_amp.synthetic import make_synthetic_world
-from consistency_amp.task_splits import build_task_splits, dataset_statistics, load_sources
-from consistency_amp.tasks import TASKS
+from consistency_amp.world.synthetic import make_synthetic_world
+from consistency_amp.world.task_splits import build_task_splits, dataset_statistics, load_sources
+from consistency_amp.world.tasks import TASKS
 
 from one_core import pin_to_one_core  # benchmarks/ is on sys.path when a script runs
 

@@ -64,7 +64,7 @@ def test_architectures_have_released_parameter_counts(bench, arch, hub_total):
 
 
 def test_architecture_shapes(bench):
-    from consistency_amp.models import TINY_MODEL, load_processor
+    from consistency_amp.training.models import TINY_MODEL, load_processor
     tok = load_processor(TINY_MODEL).tokenizer
     for arch, hidden, vocab, tied in (("3B", 2048, 151936, True), ("7B", 3584, 152064, False)):
         model = bench.build_model(bench.model_config(arch, tok), "meta", torch.bfloat16)

@@ -8,7 +8,7 @@ import nbformat
 import papermill as pm
 import pytest
 
-from consistency_amp.tasks import TASKS
+from consistency_amp.world.tasks import TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "nbs" / "evaluate.ipynb"

@@ -1,4 +1,4 @@
-"""consistency_amp.evaluation: the test split and nothing else, label-free prompts, the metric arithmetic against
+"""consistency_amp.experiments.evaluation: the test split and nothing else, label-free prompts, the metric arithmetic against
 hand-worked and independently recomputed values (scripted completers and a fake `generate`), run files that are
 never overwritten silently, and a real end-to-end evaluation of the offline tiny model on the synthetic world."""
 import json
@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from consistency_amp import evaluation as ev
-from consistency_amp.models import TINY_MODEL, load_processor
-from consistency_amp.prompts import LABEL_COLUMNS
-from consistency_amp.runs import ADAPTER_DIR, EVAL_DIR, create_run, read_json, read_run, write_status
-from consistency_amp.synthetic import default_world, make_synthetic_world
-from consistency_amp.task_splits import TaskSplit, build_task_splits
-from consistency_amp.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS
-from consistency_amp.train import TrainParams, train_examples
+from consistency_amp.experiments import evaluation as ev
+from consistency_amp.training.models import TINY_MODEL, load_processor
+from consistency_amp.world.prompts import LABEL_COLUMNS
+from consistency_amp.training.runs import ADAPTER_DIR, EVAL_DIR, create_run, read_json, read_run, write_status
+from consistency_amp.world.synthetic import default_world, make_synthetic_world
+from consistency_amp.world.task_splits import TaskSplit, build_task_splits
+from consistency_amp.world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS
+from consistency_amp.training.train import TrainParams, train_examples
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_evaluated_examples_are_exactly_the_test_split(splits):
     assert not set(evaluated) & train_uids
     test_images = {(e.source, e.scene.image_id) for t, s in splits for e in splits[t, s].test}
     assert not test_images & train_images
-    # the training code's examples (consistency_amp.train) never meet the evaluated ones
+    # the training code's examples (consistency_amp.training.train) never meet the evaluated ones
     for task in ("depth", "joint", "counting"):
         trained = {e.uid for e in train_examples(TrainParams(task=task))}
         assert trained and not trained & set(evaluated)
@@ -305,7 +305,7 @@ def test_evaluation_only_runs_by_name(tmp_path):
 
 
 def test_training_run_is_evaluated_with_its_adapter_and_data_root(tmp_path, monkeypatch):
-    from consistency_amp.models import load_model, save_adapter
+    from consistency_amp.training.models import load_model, save_adapter
     world = make_synthetic_world(tmp_path / "world", seed=3, n_images_per_split={"train": 10, "test": 4},
                                  sources=("SUNRGBD",))
     params = dict(task="depth", source="SUNRGBD", reward="consistency", pairing="minimal", model=TINY_MODEL,
@@ -334,7 +334,7 @@ def test_training_run_is_evaluated_with_its_adapter_and_data_root(tmp_path, monk
 # ------------------------------------------------------------------ the real tiny model, end to end
 def test_tiny_model_end_to_end(splits, capsys):
     "The offline tiny Qwen2.5-VL on two examples of every (task, source): the numbers are the verifiers' on its completions."
-    from consistency_amp.verifiers import accuracy, consistency, format_reward, parse_answer
+    from consistency_amp.reward.verifiers import accuracy, consistency, format_reward, parse_answer
     result, records = ev.evaluate(TINY_MODEL, max_examples=2, batch_size=8, max_new_tokens=6, progress=True,
                                   return_records=True)
     assert "depth/SUNRGBD" in capsys.readouterr().err         # a progress bar per (task, source)

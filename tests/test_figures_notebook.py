@@ -12,9 +12,9 @@ import papermill as pm
 import pytest
 from PIL import Image
 
-from consistency_amp.baseline import APPENDIX_A_KS, expected_reward
+from consistency_amp.reward.baseline import APPENDIX_A_KS, expected_reward
 from consistency_amp.core import PAIRINGS
-from consistency_amp.real_frames import REAL_SAMPLES_RELATIVE, real_samples_root
+from consistency_amp.world.real_frames import REAL_SAMPLES_RELATIVE, real_samples_root
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "nbs" / "figures.ipynb"
@@ -72,7 +72,7 @@ def test_without_runs_every_drawn_value_is_missing(executed):
 def test_comparison_has_user_values_only_from_the_data(executed):
     out_dir, _ = executed
     table = pd.read_csv(out_dir / "paper_comparison.csv", keep_default_na=False)
-    from consistency_amp.paper_figures import paper_numbers
+    from consistency_amp.experiments.paper_figures import paper_numbers
     assert table.key.tolist() == list(paper_numbers().index)
     runs_based = ~table.key.str.startswith("table1_")
     assert (table[runs_based].user == "missing").all() and (table[runs_based].difference == "n/a").all()

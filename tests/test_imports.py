@@ -5,10 +5,11 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "consistency_amp"
-MODULES = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
+MODULES = sorted(".".join(p.relative_to(PKG).with_suffix("").parts) for p in PKG.rglob("*.py")
+                 if p.stem not in ("__init__", "_modidx"))
 
 def test_modules_found():
-    assert "verifiers" in MODULES and "pairing" in MODULES
+    assert "reward.verifiers" in MODULES and "reward.pairing" in MODULES and "core" in MODULES
 
 @pytest.mark.parametrize("name", MODULES)
 def test_fresh_import(name):

@@ -1,4 +1,4 @@
-"""consistency_amp.models outside the notebook: a fresh interpreter loads the default (tiny) model, bad input fails
+"""consistency_amp.training.models outside the notebook: a fresh interpreter loads the default (tiny) model, bad input fails
 with the offending name, and TRL's GRPOTrainer trains the tiny model's LoRA without touching its vision tower."""
 import json
 import os
@@ -27,8 +27,8 @@ def cache(tmp_path_factory):
 SCRIPT = """
 import json, numpy as np, torch
 from PIL import Image
-from consistency_amp.models import TINY_MODEL, load_model, count_parameters, lora_module_names
-from consistency_amp.verifiers import SYSTEM_PROMPT
+from consistency_amp.training.models import TINY_MODEL, load_model, count_parameters, lora_module_names
+from consistency_amp.reward.verifiers import SYSTEM_PROMPT
 model, processor = load_model(TINY_MODEL)
 image = Image.fromarray(np.full((64, 96, 3), 127, dtype=np.uint8))
 messages = [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
@@ -62,7 +62,7 @@ def test_tiny_model_builds_and_loads_in_fresh_process(cache):
 
 
 def test_missing_local_path_names_it(cache):
-    from consistency_amp.models import load_model
+    from consistency_amp.training.models import load_model
     with pytest.raises(ValueError, match="/no/such/dir/model"):
         load_model("/no/such/dir/model")
     with pytest.raises(ValueError, match="does_not_exist"):
@@ -70,14 +70,14 @@ def test_missing_local_path_names_it(cache):
 
 
 def test_directory_without_config_names_it(cache, tmp_path):
-    from consistency_amp.models import load_model
+    from consistency_amp.training.models import load_model
     with pytest.raises(ValueError, match="no config.json"):
         load_model(tmp_path)
 
 
 @pytest.mark.parametrize("r", [0, -4, 1.5, True])
 def test_bad_lora_rank(cache, r):
-    from consistency_amp.models import load_model
+    from consistency_amp.training.models import load_model
     with pytest.raises(ValueError, match="lora_r"):
         load_model(lora_r=r)
 
@@ -85,13 +85,13 @@ def test_bad_lora_rank(cache, r):
 @pytest.mark.parametrize("kwargs, name", [(dict(lora_alpha=0), "lora_alpha"), (dict(lora_dropout=-0.1), "lora_dropout"),
                                           (dict(dtype="float13"), "dtype")])
 def test_bad_parameters_are_named(cache, kwargs, name):
-    from consistency_amp.models import load_model
+    from consistency_amp.training.models import load_model
     with pytest.raises(ValueError, match=name):
         load_model(**kwargs)
 
 
 def test_missing_adapter_names_it(cache):
-    from consistency_amp.models import load_model
+    from consistency_amp.training.models import load_model
     with pytest.raises(ValueError, match="/no/such/adapter"):
         load_model(adapter="/no/such/adapter")
 
@@ -99,7 +99,7 @@ def test_missing_adapter_names_it(cache):
 def _grpo_dataset():
     from datasets import Dataset
     from PIL import Image
-    from consistency_amp.verifiers import SYSTEM_PROMPT
+    from consistency_amp.reward.verifiers import SYSTEM_PROMPT
     rng = np.random.default_rng(0)
     images = [Image.fromarray(rng.integers(0, 256, (80 + 16 * i, 112, 3), dtype=np.uint8)) for i in range(4)]
     prompts = [[{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
@@ -112,7 +112,7 @@ def _grpo_dataset():
 def test_grpo_trains_only_language_lora(cache, tmp_path, route):
     "TRL 1.16's GRPOTrainer accepts the tiny model and its processor; one step moves LoRA weights only."
     from trl import GRPOConfig, GRPOTrainer
-    from consistency_amp.models import TINY_MODEL, count_parameters, load_model, lora_config
+    from consistency_amp.training.models import TINY_MODEL, count_parameters, load_model, lora_config
     def reward(completions, **kwargs): return [float(len(c[0]["content"]) % 3) for c in completions]
     args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
                       max_completion_length=6, report_to="none", use_cpu=True, bf16=False, save_strategy="no",

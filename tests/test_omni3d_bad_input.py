@@ -1,4 +1,4 @@
-"""Bad-input suite for `consistency_amp.omni3d.load_omni3d`: one case per kind of bad field, in both error modes.
+"""Bad-input suite for `consistency_amp.world.omni3d.load_omni3d`: one case per kind of bad field, in both error modes.
 
 raise mode: an `Omni3DFormatError` whose message names the file, the record id and the field.
 skip mode: the bad record (and, for an image, its annotations) is left out, every other record loads exactly as
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from consistency_amp.omni3d import Omni3DFormatError, load_omni3d
+from consistency_amp.world.omni3d import Omni3DFormatError, load_omni3d
 
 W, H = 48, 24
 K = [[40.0, 0.0, 24.0], [0.0, 40.0, 12.0], [0.0, 0.0, 1.0]]

@@ -1,9 +1,9 @@
-"""Bad input to consistency_amp.pairing fails loudly, naming the argument, record or choice that is wrong."""
+"""Bad input to consistency_amp.reward.pairing fails loudly, naming the argument, record or choice that is wrong."""
 import numpy as np
 import pytest
 
 from consistency_amp.core import PAIRINGS
-from consistency_amp.pairing import (consistency_reward_func, consistency_rewards, minimal_coupling,
+from consistency_amp.reward.pairing import (consistency_reward_func, consistency_rewards, minimal_coupling,
                                      pair_rewards, pair_rewards_batch, rewards_from_coupling, verifier_matrix)
 
 GOOD = [[0.0, 1.0], [1.0, 0.0]]

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from consistency_amp.paper_figures import (FIGURE_TASKS, NOISE_AXIS, artists_by_gid, baselines_figure,
+from consistency_amp.experiments.paper_figures import (FIGURE_TASKS, NOISE_AXIS, artists_by_gid, baselines_figure,
                                            comparison_markdown, cross_domain_figure, cross_task_figure, gid,
                                            label_noise_figure, numeric_figure, pairing_figure, paper_comparison,
                                            paper_numbers, paper_numbers_path, results_rows, same_task_figure,
                                            save_figure, value_at, write_comparison)
-from consistency_amp.tasks import BOOLEAN_TASKS, NUMERIC_TASKS
+from consistency_amp.world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO.parent / "shared" / "paper" / "000_bc9ab3b45df066af.txt"
@@ -273,12 +273,12 @@ def test_mini_scale_reads_only_stand_ins(tmp_path):
 # ------------------------------------------------------------------------------------------------ data figures
 @pytest.fixture(scope="module")
 def synthetic_examples():
-    from consistency_amp.data_figures import task_examples
+    from consistency_amp.experiments.data_figures import task_examples
     return task_examples()
 
 
 def test_concept_figure_shows_three_negations(tmp_path, synthetic_examples):
-    from consistency_amp.data_figures import concept_figure
+    from consistency_amp.experiments.data_figures import concept_figure
     fig, data = concept_figure(synthetic_examples["orientation", "SUNRGBD"][0])
     assert data["rule"] == "3 negations: answers should differ" and data["relation"] == "opposite"
     assert data["original"].endswith("Is object 1 to the left of object 2?")
@@ -292,8 +292,8 @@ def test_concept_figure_shows_three_negations(tmp_path, synthetic_examples):
 
 
 def test_prompt_pairs_follow_the_paper_transformations(tmp_path, synthetic_examples):
-    from consistency_amp.data_figures import PAPER_EXAMPLE_TRANSFORMS, prompt_pairs, prompt_pairs_figure
-    from consistency_amp.tasks import TASKS
+    from consistency_amp.experiments.data_figures import PAPER_EXAMPLE_TRANSFORMS, prompt_pairs, prompt_pairs_figure
+    from consistency_amp.world.tasks import TASKS
     pairs = prompt_pairs(synthetic_examples, "KITTI", TASKS)
     fig, data = prompt_pairs_figure(pairs, "test")
     assert data.task.tolist() == list(TASKS) and data.uid.notna().all()
@@ -312,9 +312,9 @@ def assert_png_pdf(paths):
 
 
 def test_qualitative_figure_reads_records_and_never_invents(tmp_path):
-    from consistency_amp.data_figures import qualitative_figure
+    from consistency_amp.experiments.data_figures import qualitative_figure
     from consistency_amp.core import PAPER_MODELS
-    from consistency_amp.registry import fixture_result, results_table, write_fixture_run
+    from consistency_amp.experiments.registry import fixture_result, results_table, write_fixture_run
 
     def rec(uid, completion, correct):
         return dict(uid=uid, task="depth", source="SUNRGBD", question=f"Q {uid}?", image_file=None, ground_truth=True,
@@ -343,7 +343,7 @@ def test_qualitative_figure_reads_records_and_never_invents(tmp_path):
 
 
 def test_table_1_counts_and_comparison(tmp_path):
-    from consistency_amp.data_figures import table_1_data, write_table_1
+    from consistency_amp.experiments.data_figures import table_1_data, write_table_1
     paths, table = write_table_1(tmp_path)
     back = pd.read_csv(paths["csv"])
     assert (back.train + back.test == back.n).all() and len(back) == 12

@@ -1,4 +1,4 @@
-"""Real KITTI and SUN RGB-D frames read as Omni3D scenes (consistency_amp.real_frames).
+"""Real KITTI and SUN RGB-D frames read as Omni3D scenes (consistency_amp.world.real_frames).
 
 The frames live outside the project (../shared/data/real_samples, or $CONSISTENCY_AMP_REAL_SAMPLES); tests that
 need them skip with a message when they are absent. Tolerances are justified in nbs/12_real_frames.ipynb."""
@@ -8,9 +8,9 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from consistency_amp.geometry import box_corners, box_iou, project_points
-from consistency_amp.omni3d import load_omni3d, write_omni3d
-from consistency_amp.real_frames import (REAL_SAMPLES_ENV, kitti_scene, label_box_coverage, load_real_samples,
+from consistency_amp.world.geometry import box_corners, box_iou, project_points
+from consistency_amp.world.omni3d import load_omni3d, write_omni3d
+from consistency_amp.world.real_frames import (REAL_SAMPLES_ENV, kitti_scene, label_box_coverage, load_real_samples,
                                          read_kitti_calib, read_kitti_label, read_sunrgbd_calib, read_sunrgbd_label,
                                          real_samples_root, sunrgbd_scene)
 

@@ -1,4 +1,4 @@
-"""The run registry (consistency_amp.registry): tidy results table from fixture run folders, manifest status, broken
+"""The run registry (consistency_amp.experiments.registry): tidy results table from fixture run folders, manifest status, broken
 runs, print mode (one command per missing run) and the in-process mini launcher (complete runs, resumable, idempotent)."""
 import io
 import json
@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 from consistency_amp.core import PAPER_MODELS
-from consistency_amp.registry import (EXTERNAL_BASELINES, LAUNCHABLE, RESULT_COLUMNS, TRAIN_IDENTITY_KEYS, fixture_result,
+from consistency_amp.experiments.registry import (EXTERNAL_BASELINES, LAUNCHABLE, RESULT_COLUMNS, TRAIN_IDENTITY_KEYS, fixture_result,
                                       launch_missing, manifest, manifest_status, missing_runs,
                                       results_table, status_summary, write_fixture_run)
-from consistency_amp.runs import create_run, read_json, read_run, write_json
-from consistency_amp.tasks import BOOLEAN_TASKS
+from consistency_amp.training.runs import create_run, read_json, read_run, write_json
+from consistency_amp.world.tasks import BOOLEAN_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -176,8 +176,8 @@ def test_print_mode_one_command_per_missing_run(tmp_path, launcher):
         words = shlex.split(cmd)                                    # every line is valid shell
         assert spec["name"] in cmd
         if spec["kind"] == "train":
-            head = {"torchrun": "torchrun --nproc_per_node 8 -m consistency_amp.train",
-                    "accelerate": "accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m consistency_amp.train",
+            head = {"torchrun": "torchrun --nproc_per_node 8 -m consistency_amp.training.train",
+                    "accelerate": "accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m consistency_amp.training.train",
                     "papermill": "papermill nbs/train.ipynb"}[launcher]
             assert cmd.startswith(head) and '"$OMNI3D_ROOT"' in cmd
             assert ("--resume true" in cmd) if launcher != "papermill" else ("-p resume true" in cmd)
@@ -191,14 +191,14 @@ def test_print_mode_mini_uses_the_python_entry(tmp_path):
     printed = launch_missing("mini", tmp_path, "print", figures="figure_7", file=out)
     commands = [l for l in out.getvalue().splitlines() if l and not l.startswith("#")]
     assert len(commands) == len(printed) == 5                       # four numeric runs and the base model
-    trains = [c for c in commands if c.startswith("python -m consistency_amp.train ")]
+    trains = [c for c in commands if c.startswith("python -m consistency_amp.training.train ")]
     assert len(trains) == 4 and all("--data_root" not in c and "--scale mini" in c for c in trains)
     assert not any(tmp_path.iterdir())
 
 
 def test_cli_status_and_missing_paper(tmp_path):
     env = dict(os.environ, CONSISTENCY_AMP_RUNS=str(tmp_path))
-    run = lambda *a: subprocess.run([sys.executable, "-m", "consistency_amp.registry", *a], capture_output=True,
+    run = lambda *a: subprocess.run([sys.executable, "-m", "consistency_amp.experiments.registry", *a], capture_output=True,
                                     text=True, env=env, cwd=REPO, timeout=120)
     res = run("status", "--scale", "paper")
     assert res.returncode == 0, res.stderr

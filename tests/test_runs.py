@@ -1,4 +1,4 @@
-"""consistency_amp.runs beyond the notebook's examples: light imports, atomic writes under concurrent readers, racing
+"""consistency_amp.training.runs beyond the notebook's examples: light imports, atomic writes under concurrent readers, racing
 creators, and tolerant reading of damaged runs."""
 import json
 import multiprocessing as mp
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from consistency_amp.runs import (PARAM_KEYS, STATUS_FILE, create_run, list_runs, read_json, read_run, write_json,
+from consistency_amp.training.runs import (PARAM_KEYS, STATUS_FILE, create_run, list_runs, read_json, read_run, write_json,
                                   write_status)
 
 TINY = dict(task="depth", source="SUNRGBD", reward="consistency", pairing="minimal", model="tiny-qwen2.5-vl",
@@ -19,7 +19,7 @@ TINY = dict(task="depth", source="SUNRGBD", reward="consistency", pairing="minim
 
 def test_reading_runs_imports_neither_torch_nor_transformers(tmp_path):
     create_run("r", TINY, runs=tmp_path)
-    code = ("import sys; from consistency_amp.runs import list_runs, read_run; "
+    code = ("import sys; from consistency_amp.training.runs import list_runs, read_run; "
             f"runs = list_runs({str(tmp_path)!r}); assert [r.name for r in runs] == ['r'], runs; "
             "heavy = [m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules]; "
             "assert not heavy, heavy")

@@ -6,9 +6,9 @@ import json, subprocess, sys
 import numpy as np
 import pytest
 
-from consistency_amp import synthetic
-from consistency_amp.omni3d import load_omni3d, load_omni3d_root
-from consistency_amp.synthetic import (SyntheticConfig, default_world, generate_image, image_id_for, image_rng,
+from consistency_amp.world import synthetic
+from consistency_amp.world.omni3d import load_omni3d, load_omni3d_root
+from consistency_amp.world.synthetic import (SyntheticConfig, default_world, generate_image, image_id_for, image_rng,
                                        make_synthetic_world, world_digest, world_info)
 
 SMALL = {"train": 3, "val": 1, "test": 1}
@@ -149,7 +149,7 @@ def test_custom_sizes_scale_intrinsics(tmp_path):
 
 _DIGEST_SCRIPT = """
 import sys
-from consistency_amp.synthetic import make_synthetic_world, world_digest
+from consistency_amp.world.synthetic import make_synthetic_world, world_digest
 print(world_digest(make_synthetic_world(sys.argv[1], n_images_per_split={"train": 2, "test": 1}, seed=21)))
 """
 

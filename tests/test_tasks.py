@@ -1,10 +1,10 @@
-"""Task datasets (consistency_amp.tasks, consistency_amp.task_splits) checked by code written independently of them.
+"""Task datasets (consistency_amp.world.tasks, consistency_amp.world.task_splits) checked by code written independently of them.
 
 Every produced example is checked against every threshold of the paper's Appendix D.3 (and the orientation / counting /
 absolute-distance rules documented in nbs/17_task_splits.ipynb) with plain-Python geometry, and its answer is
 recomputed without calling `ground_truth`. `test_checker_catches_each_relaxed_threshold` shows that the checker is not
 vacuous: relaxing any single threshold when building produces examples the checker rejects under the paper's values.
-Data: random scenes made here, a small synthetic world (consistency_amp.synthetic) and the real frames in
+Data: random scenes made here, a small synthetic world (consistency_amp.world.synthetic) and the real frames in
 ../shared/data/real_samples (skipped with a message when absent)."""
 import math
 from dataclasses import fields, replace
@@ -13,11 +13,11 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from consistency_amp.geometry import yaw_rotation
-from consistency_amp.omni3d import Object3D, Scene, write_omni3d
-from consistency_amp.task_splits import (TaskFilters, build_examples, build_examples_by_task, build_task_splits,
+from consistency_amp.world.geometry import yaw_rotation
+from consistency_amp.world.omni3d import Object3D, Scene, write_omni3d
+from consistency_amp.world.task_splits import (TaskFilters, build_examples, build_examples_by_task, build_task_splits,
                                          dataset_statistics, default_filters, split_examples, split_of)
-from consistency_amp.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question
+from consistency_amp.world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question
 
 SOURCES = ("SUNRGBD", "KITTI")
 
@@ -138,12 +138,12 @@ def random_scenes():
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    synthetic = pytest.importorskip("consistency_amp.synthetic")
+    synthetic = pytest.importorskip("consistency_amp.world.synthetic")
     return synthetic.make_synthetic_world(tmp_path_factory.mktemp("w") / "world", n_images_per_split={"train": 16, "val": 4, "test": 4})
 
 @pytest.fixture(scope="module")
 def real_scenes():
-    from consistency_amp.real_frames import REAL_SAMPLES_ENV, load_real_samples, real_samples_root
+    from consistency_amp.world.real_frames import REAL_SAMPLES_ENV, load_real_samples, real_samples_root
     if real_samples_root() is None:
         pytest.skip(f"real samples not found (../shared/data/real_samples next to the repo, or ${REAL_SAMPLES_ENV})")
     return load_real_samples()

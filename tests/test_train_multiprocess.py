@@ -1,6 +1,6 @@
-"""The command-line entry `python -m consistency_amp.train`, in one process and under torchrun with two CPU processes.
+"""The command-line entry `python -m consistency_amp.training.train`, in one process and under torchrun with two CPU processes.
 
-`torchrun --standalone --nproc_per_node 2 -m consistency_amp.train ...` runs the same `run_training` as the notebook in
+`torchrun --standalone --nproc_per_node 2 -m consistency_amp.training.train ...` runs the same `run_training` as the notebook in
 two processes (gloo on the CPU; `accelerate launch --cpu --num_processes 2` would silently run one): the main process
 creates the run folder once, both train, and the run ends complete with one log line per step and the adapter.
 In one process, a second launch with the same name and invalid flags fail before anything heavy is imported.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from consistency_amp.runs import ADAPTER_WEIGHTS, REQUIRED_LOG_FIELDS, read_json, read_jsonl, read_run
+from consistency_amp.training.runs import ADAPTER_WEIGHTS, REQUIRED_LOG_FIELDS, read_json, read_jsonl, read_run
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ["--task", "depth", "--steps", "2", "-K", "2", "--pairs_per_device", "1", "--max_completion_length", "8",
@@ -33,7 +33,7 @@ def two_process_run(tmp_path_factory):
     if torchrun is None: pytest.skip("torchrun is not installed")
     runs = tmp_path_factory.mktemp("runs")
     start = time.perf_counter()
-    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "consistency_amp.train", *FLAGS,
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "consistency_amp.training.train", *FLAGS,
                            "--runs_dir", str(runs)], cwd=tmp_path_factory.mktemp("cwd"), env=environment(),
                           capture_output=True, text=True, timeout=300)
     print(f"torchrun, 2 processes, 2 steps: {time.perf_counter() - start:.1f} s")
@@ -60,7 +60,7 @@ def test_two_processes_train_one_complete_run(two_process_run):
 def test_cli_refuses_an_existing_run_before_importing_torch(two_process_run):
     runs, _ = two_process_run
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "consistency_amp.train", *FLAGS, "--runs_dir",
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "consistency_amp.training.train", *FLAGS, "--runs_dir",
                            str(runs)], env=environment(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert f"run directory {runs / NAME} already exists" in proc.stderr and "--overwrite" in proc.stderr
@@ -76,7 +76,7 @@ def test_cli_refuses_an_existing_run_before_importing_torch(two_process_run):
     (["--data_root", "/no/such/omni3d"], "data_root '/no/such/omni3d' does not exist"),
 ])
 def test_cli_rejects_invalid_flags_with_the_choices(tmp_path, flags, expected):
-    proc = subprocess.run([sys.executable, "-m", "consistency_amp.train", *FLAGS, *flags, "--runs_dir",
+    proc = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", *FLAGS, *flags, "--runs_dir",
                            str(tmp_path / "runs")], env=environment(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "runs").exists()
@@ -84,8 +84,8 @@ def test_cli_rejects_invalid_flags_with_the_choices(tmp_path, flags, expected):
 
 def test_cli_help_lists_every_parameter():
     from dataclasses import fields
-    from consistency_amp.train import TrainParams
-    proc = subprocess.run([sys.executable, "-m", "consistency_amp.train", "--help"], capture_output=True, text=True,
+    from consistency_amp.training.train import TrainParams
+    proc = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", "--help"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0
     assert all(f"--{f.name}" in proc.stdout for f in fields(TrainParams)) and "torchrun" in proc.stdout

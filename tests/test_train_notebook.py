@@ -8,7 +8,7 @@
 * Invalid parameters fail in the validation cell, before any model is loaded, with the valid choices in the message,
   and create no run folder.
 * Resume: a run stopped after 2 of 4 steps and resumed ends where an uninterrupted run ends (same adapter tensors,
-  same last log lines), through `consistency_amp.train.train_run` (the code the notebook runs). Completions are
+  same last log lines), through `consistency_amp.training.train.train_run` (the code the notebook runs). Completions are
   scripted (drawn with torch's RNG, so the resumed run must restore the RNG state) because the tiny model's own
   completions are never parseable, all rewards would be 0, and the adapters would trivially agree.
 """
@@ -22,9 +22,9 @@ import nbformat
 import papermill as pm
 import pytest
 
-from consistency_amp.runs import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, PARAM_KEYS, REQUIRED_LOG_FIELDS, read_json,
+from consistency_amp.training.runs import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, PARAM_KEYS, REQUIRED_LOG_FIELDS, read_json,
                                   read_jsonl, read_run)
-from consistency_amp.train import TrainParams
+from consistency_amp.training.train import TrainParams
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "nbs" / "train.ipynb"
@@ -64,7 +64,7 @@ def test_notebook_is_skipped_by_nbdev_parametrised_and_stored_unexecuted():
     assert len(tagged) == 1
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "nbs/train.ipynb is stored unexecuted"
     prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    for command in ("torchrun --nproc_per_node 8 -m consistency_amp.train", "deepspeed_zero3.yaml", "-p K 8",
+    for command in ("torchrun --nproc_per_node 8 -m consistency_amp.training.train", "deepspeed_zero3.yaml", "-p K 8",
                     "-p steps 500", "-p pairs_per_device 4", "-p learning_rate 1e-6"):
         assert command in prose, command
 
@@ -161,8 +161,8 @@ def test_invalid_parameters_fail_fast_with_the_choices(tmp_path, bad, expected):
 def test_resume_ends_where_an_uninterrupted_run_ends(tmp_path, monkeypatch):
     import torch
     from safetensors.torch import load_file
-    from consistency_amp.train import TrainParams, start_run, train_examples, train_run
-    from consistency_amp.trainer import OTGRPOTrainer
+    from consistency_amp.training.train import TrainParams, start_run, train_examples, train_run
+    from consistency_amp.training.trainer import OTGRPOTrainer
 
     scripted = ("<think>a</think><answer>True</answer>", "<think>b</think><answer>False</answer>", "<answer>?</answer>")
 

@@ -1,4 +1,4 @@
-"""consistency_amp.trainer outside the notebook: bad input names the parameter, and the trainer's reward path is
+"""consistency_amp.training.trainer outside the notebook: bad input names the parameter, and the trainer's reward path is
 checked with scripted completions for every pairing strategy, for the corrupted accuracy reward, for numeric tasks
 and for the sampler's repeats (steps_per_generation, num_iterations)."""
 import copy
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from consistency_amp.trainer import (OTGRPOConfig, OTGRPOTrainer, PairedPromptDataset, PairedRepeatSampler,
+from consistency_amp.training.trainer import (OTGRPOConfig, OTGRPOTrainer, PairedPromptDataset, PairedRepeatSampler,
                                      check_pair_layout, pair_key, paired_consistency_rewards, split_key)
-from consistency_amp.transforms import phi
-from consistency_amp.verifiers import accuracy, parse_answer
+from consistency_amp.world.transforms import phi
+from consistency_amp.reward.verifiers import accuracy, parse_answer
 
 T_, F_, BAD = "<think>t</think><answer>True</answer>", "<think>f</think><answer>False</answer>", "<answer>True"
 
@@ -26,8 +26,8 @@ def cpu(**kwargs):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from consistency_amp.synthetic import make_synthetic_world
-    from consistency_amp.task_splits import load_sources
+    from consistency_amp.world.synthetic import make_synthetic_world
+    from consistency_amp.world.task_splits import load_sources
     root = make_synthetic_world(tmp_path_factory.mktemp("world") / "world", n_images_per_split={"train": 8},
                                 sources=("SUNRGBD",), indoor_size=(320, 240))
     return load_sources(root, sources=("SUNRGBD",))["SUNRGBD"]
@@ -35,14 +35,14 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def examples(world):
-    from consistency_amp.task_splits import build_examples
+    from consistency_amp.world.task_splits import build_examples
     return [e for task in ("orientation", "depth") for e in build_examples(world, task)]
 
 
 @pytest.fixture(scope="module")
 def model_and_processor(tmp_path_factory):
     import os
-    from consistency_amp.models import load_model
+    from consistency_amp.training.models import load_model
     old = os.environ.get("CONSISTENCY_AMP_CACHE")
     os.environ["CONSISTENCY_AMP_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
     try: yield load_model()
@@ -109,7 +109,7 @@ def test_keys_and_sampler_bad_input():
 
 
 def test_dataset_bad_input(examples, world):
-    from consistency_amp.task_splits import build_examples
+    from consistency_amp.world.task_splits import build_examples
     with pytest.raises(ValueError, match="at least one example"): PairedPromptDataset([])
     with pytest.raises(ValueError, match=r"examples\[1\] is a dict"): PairedPromptDataset([examples[0], {}])
     with pytest.raises(ValueError, match="reward must be one of"): PairedPromptDataset(examples, reward="acc")
@@ -165,7 +165,7 @@ def test_corrupted_accuracy_reward(examples, model_and_processor):
 
 
 def test_numeric_task_pairs(world, model_and_processor):
-    from consistency_amp.task_splits import build_examples
+    from consistency_amp.world.task_splits import build_examples
     model, processor = model_and_processor
     counting = build_examples(world, "counting")
     trainer = OTGRPOTrainer(model, cpu(pairs_per_device=1), counting, processing_class=processor)
@@ -207,7 +207,7 @@ def test_resume_replays_the_same_pairs(examples):
     "Stop after step 1, resume from checkpoint-1: step 2 sees the same pairs and ends with the same adapter."
     from safetensors.torch import load_file
     from transformers import TrainerCallback
-    from consistency_amp.models import load_model
+    from consistency_amp.training.models import load_model
 
     class StopAfterFirstStep(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs): control.should_training_stop = True

@@ -1,4 +1,4 @@
-"""The central property of `consistency_amp.transforms`, at scale.
+"""The central property of `consistency_amp.world.transforms`, at scale.
 
 For every sampled transformation T of a (scene, question):
 
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from consistency_amp.geometry import box_corners, project_box, project_points, yaw_rotation
-from consistency_amp.omni3d import Object3D, Scene
-from consistency_amp.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, TEMPLATES, Question, ground_truth, task_values
-from consistency_amp.transforms import (MIRRORED_CORNER_ORDER, TRANSFORM_NAMES, Transform, answer_pair,
+from consistency_amp.world.geometry import box_corners, project_box, project_points, yaw_rotation
+from consistency_amp.world.omni3d import Object3D, Scene
+from consistency_amp.world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, TEMPLATES, Question, ground_truth, task_values
+from consistency_amp.world.transforms import (MIRRORED_CORNER_ORDER, TRANSFORM_NAMES, Transform, answer_pair,
                                         apply_transform, available_transforms, negations, phi, relation_of,
                                         sample_transform)
 
@@ -244,8 +244,8 @@ def test_image_and_geometry_transform_together():
 # --- the synthetic world and the real frames ---------------------------------------------------------------------
 
 def test_property_on_synthetic_world(tmp_path):
-    synthetic = pytest.importorskip("consistency_amp.synthetic", reason="consistency_amp.synthetic not available")
-    from consistency_amp.task_splits import build_examples, load_sources
+    synthetic = pytest.importorskip("consistency_amp.world.synthetic", reason="consistency_amp.world.synthetic not available")
+    from consistency_amp.world.task_splits import build_examples, load_sources
     root = synthetic.make_synthetic_world(tmp_path / "world", n_images_per_split={"train": 8})
     scenes = [s for source_scenes in load_sources(root, splits=("train",)).values() for s in source_scenes]
     assert len(scenes) == 16
@@ -260,9 +260,9 @@ def test_property_on_synthetic_world(tmp_path):
 
 
 def test_property_on_real_frames():
-    real_frames = pytest.importorskip("consistency_amp.real_frames")
+    real_frames = pytest.importorskip("consistency_amp.world.real_frames")
     if real_frames.real_samples_root() is None: pytest.skip("real samples (../shared/data/real_samples) not found")
-    from consistency_amp.task_splits import build_examples
+    from consistency_amp.world.task_splits import build_examples
     scenes = real_frames.load_real_samples()
     rng = np.random.default_rng(7)
     counts = sweep(scenes, rng, questions_per_task=5, transforms_per_question=10)

@@ -26,7 +26,7 @@ from two_process_train import GROUPS_PER_RANK, K, examples_of  # noqa: E402
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from consistency_amp.synthetic import make_synthetic_world
+    from consistency_amp.world.synthetic import make_synthetic_world
     world = make_synthetic_world(tmp_path_factory.mktemp("world") / "world", n_images_per_split={"train": 8},
                                  sources=("SUNRGBD",), indoor_size=(320, 240))
     out = tmp_path_factory.mktemp("ranks")
@@ -49,7 +49,7 @@ def test_two_processes_ran(run):
 
 
 def test_global_batch_is_sampler_order_and_splits_a_pair(run):
-    from consistency_amp.trainer import PairedRepeatSampler
+    from consistency_amp.training.trainer import PairedRepeatSampler
     ranks, examples = run
     per_step = 2 * GROUPS_PER_RANK * K
     keys = list(PairedRepeatSampler(len(examples), K, pairs_per_batch=GROUPS_PER_RANK, seed=0))
@@ -64,8 +64,8 @@ def test_global_batch_is_sampler_order_and_splits_a_pair(run):
 
 
 def test_rewards_and_advantages_match_one_process(run):
-    from consistency_amp.trainer import paired_consistency_rewards
-    from consistency_amp.verifiers import format_reward_func
+    from consistency_amp.training.trainer import paired_consistency_rewards
+    from consistency_amp.reward.verifiers import format_reward_func
     ranks, _ = run
     for step in range(2):
         rows = ranks[0]["steps"][step]["rows"] + ranks[1]["steps"][step]["rows"]

@@ -1,4 +1,4 @@
-"""Bad input to consistency_amp.verifiers fails loudly, with a message that names the parameter, value or column.
+"""Bad input to consistency_amp.reward.verifiers fails loudly, with a message that names the parameter, value or column.
 
 Unparseable *model output* is not bad input (it scores 0); wrong types, unknown names and broken labels are."""
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from consistency_amp.verifiers import (ANSWER_TYPES, RELATIONS, accuracy, accuracy_reward_func, completion_text,
+from consistency_amp.reward.verifiers import (ANSWER_TYPES, RELATIONS, accuracy, accuracy_reward_func, completion_text,
                                        consistency, extract_answer, format_reward, format_reward_func, parse_answer,
                                        parse_boolean, parse_numeric)
 

@@ -29,14 +29,14 @@ def scripted_texts(rank: int, call: int, n: int) -> list[str]:
 
 def examples_of(world_root) -> list:
     "Orientation and depth examples of the synthetic world at `world_root`."
-    from consistency_amp.task_splits import build_examples, load_sources
+    from consistency_amp.world.task_splits import build_examples, load_sources
     scenes = load_sources(world_root, sources=("SUNRGBD",))["SUNRGBD"]
     return [e for task in ("orientation", "depth") for e in build_examples(scenes, task)]
 
 
 def main(out_dir: str, world_root: str) -> None:
-    from consistency_amp.models import load_model
-    from consistency_amp.trainer import OTGRPOConfig, OTGRPOTrainer
+    from consistency_amp.training.models import load_model
+    from consistency_amp.training.trainer import OTGRPOConfig, OTGRPOTrainer
 
     model, processor = load_model()
     args = OTGRPOConfig(output_dir=tempfile.mkdtemp(), max_steps=2, num_generations=K, pairs_per_device=None,

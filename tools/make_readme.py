@@ -15,9 +15,9 @@ SCIENCE_MARK = "<!-- science summary -->"   # in nbs/index.ipynb: replaced by th
 SCIENCE_CSV = ROOT / "figures" / "science.csv"
 
 def science_paragraph() -> str:
-    "The miniature experiment's result in one paragraph, from the stored table (consistency_amp.science.science_summary)."
+    "The miniature experiment's result in one paragraph, from the stored table (consistency_amp.experiments.science.science_summary)."
     if not SCIENCE_CSV.exists(): return "*The miniature experiment has not been run: `bash tools/reproduce.sh` runs it.*"
-    from consistency_amp.science import science_summary
+    from consistency_amp.experiments.science import science_summary
     return "**What the miniature shows** (`figures/science.md`, made by `bash tools/reproduce.sh` on a 2-core CPU): " + science_summary(SCIENCE_CSV)
 
 def render() -> str:

@@ -7,11 +7,13 @@
 #   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
-# * The miniature experiment (python -m consistency_amp.experiment; nbs/35_experiment.ipynb): spatial-base-large
+# * The miniature experiment (python -m consistency_amp.experiments.experiment; nbs/35_experiment.ipynb): spatial-base-large
 #   trained with the accuracy reward, the consistency reward and the blind control (--full: also the consistency reward
-#   with the marker swap, the pairing ablation, label noise and the no-ability control), 3 seeds each, evaluated on 300
+#   with the marker swap, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures
+#   2-4 from both spatial bases, nbs/36_experiment_figures.ipynb), 3 seeds each, evaluated on 300
 #   held-out examples per task; writes
-#   figures/science.{md,csv} and figures/science_{accuracy,monitor,claims}.{png,pdf}.
+#   figures/science.{md,csv}, figures/science_{accuracy,monitor,claims}.{png,pdf} and, with --full,
+#   figures/science_fig{2_same_task,3_cross_task,4_cross_domain}.{png,pdf,csv}.
 # * The mini grid: every paper figure's runs at toy size (a pipeline check; its numbers are not the science).
 # * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.
 # * Executes nbs/figures.ipynb with papermill; the executed copy goes to runs/figures/figures-<timestamp>.ipynb
@@ -45,16 +47,16 @@ if [ "$scale" = "mini" ]; then
   mkdir -p runs/.registry-logs
   grid_log="runs/.registry-logs/launch-${stamp}.log"
   echo "reproduce: training and evaluating the missing runs of the mini grid in the background (log $grid_log)"
-  OMP_NUM_THREADS=1 nice -n 19 python -m consistency_amp.registry launch --scale mini --runs-dir "$repo/runs" > "$grid_log" 2>&1 &
+  OMP_NUM_THREADS=1 nice -n 19 python -m consistency_amp.experiments.registry launch --scale mini --runs-dir "$repo/runs" > "$grid_log" 2>&1 &
   grid=$!
   trap 'rm -f "$started"; kill "$grid" 2>/dev/null || true' EXIT
   echo "reproduce: the miniature experiment (runs in runs/experiment-*/, report in figures/science.*)"
-  python -m consistency_amp.experiment --runs-dir "$repo/runs" --out-dir "$repo/figures" "${full[@]}"
+  python -m consistency_amp.experiments.experiment --runs-dir "$repo/runs" --out-dir "$repo/figures" "${full[@]}"
   if ! wait "$grid"; then tail -n 30 "$grid_log" >&2; echo "reproduce: the mini grid failed (log $grid_log)" >&2; exit 1; fi
   tail -n 3 "$grid_log"
 else
   echo "reproduce: the missing $scale-scale runs; run these on your cluster, then run this script again"
-  python -m consistency_amp.registry launch --scale "$scale" --runs-dir "$repo/runs" --print ${OMNI3D_ROOT:+--data-root "$OMNI3D_ROOT"}
+  python -m consistency_amp.experiments.registry launch --scale "$scale" --runs-dir "$repo/runs" --print ${OMNI3D_ROOT:+--data-root "$OMNI3D_ROOT"}
 fi
 
 

@@ -9,9 +9,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pretrain as P
-from consistency_amp.synthetic import SyntheticConfig, default_world
-from consistency_amp.task_splits import build_task_splits
-from consistency_amp.models import train_tiny_tokenizer
+from consistency_amp.world.synthetic import SyntheticConfig, default_world
+from consistency_amp.world.task_splits import build_task_splits
+from consistency_amp.training.models import train_tiny_tokenizer
 from transformers import Qwen2_5_VLForConditionalGeneration, GenerationConfig
 
 
@@ -99,7 +99,7 @@ def main(name, kw):
                 pr = aux_probe(model, head, cap, vpool, device)
                 print(json.dumps(dict(name=name, vision_step=step + 1, secs=round(time.time() - t0), aux=round(float(np.mean(vl[-every:])), 4)) | pr), flush=True)
     if logic_steps:
-        from consistency_amp.prompts import prompt_text
+        from consistency_amp.world.prompts import prompt_text
         lopt = torch.optim.AdamW(model.model.language_model.parameters(), lr=r.lr, weight_decay=0.01)
         ans_ids = torch.tensor([tok.convert_tokens_to_ids(">True"), tok.convert_tokens_to_ids(">False")])
         t0 = time.time()

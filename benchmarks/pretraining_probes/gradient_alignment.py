@@ -14,14 +14,14 @@ squared norm they explain. `ms` draws T with the marker swap (transforms.BEYOND_
 """
 import sys, time
 import numpy as np, torch
-from consistency_amp.experiment import ExperimentConfig, world_config
-from consistency_amp.models import load_model
-from consistency_amp.pairing import consistency_rewards
-from consistency_amp.prompts import make_prompt_pair
-from consistency_amp.science import canonical_claim
-from consistency_amp.synthetic import default_world
-from consistency_amp.train import TrainParams, train_examples
-from consistency_amp.verifiers import parse_answer
+from consistency_amp.experiments.experiment import ExperimentConfig, world_config
+from consistency_amp.training.models import load_model
+from consistency_amp.reward.pairing import consistency_rewards
+from consistency_amp.world.prompts import make_prompt_pair
+from consistency_amp.experiments.science import canonical_claim
+from consistency_amp.world.synthetic import default_world
+from consistency_amp.training.train import TrainParams, train_examples
+from consistency_amp.reward.verifiers import parse_answer
 
 torch.set_num_threads(int(__import__("os").environ.get("OMP_NUM_THREADS", "1")))
 n_pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 16

@@ -7,14 +7,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from consistency_amp.models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer,
+from consistency_amp.training.models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer,
                                     load_processor, TINY_MODEL)
-from consistency_amp.prompts import make_prompt, load_rgb, draw_markers, prompt_text, prompt_messages
-from consistency_amp.synthetic import SyntheticConfig, default_world
-from consistency_amp.task_splits import build_task_splits
-from consistency_amp.tasks import BOOLEAN_TASKS, Question, ground_truth, task_values, TEMPLATES, RELATION_PHRASES
-from consistency_amp.transforms import apply_transform, Transform, sample_transform
-from consistency_amp.verifiers import parse_answer
+from consistency_amp.world.prompts import make_prompt, load_rgb, draw_markers, prompt_text, prompt_messages
+from consistency_amp.world.synthetic import SyntheticConfig, default_world
+from consistency_amp.world.task_splits import build_task_splits
+from consistency_amp.world.tasks import BOOLEAN_TASKS, Question, ground_truth, task_values, TEMPLATES, RELATION_PHRASES
+from consistency_amp.world.transforms import apply_transform, Transform, sample_transform
+from consistency_amp.reward.verifiers import parse_answer
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, GenerationConfig, Qwen2VLImageProcessorPil
 from trl.chat_template_utils import qwen2_5_vl_chat_template
 
@@ -71,7 +71,7 @@ def make_processor(r: Recipe, tok):
     return Qwen2_5_VLImageOnlyProcessor(ip, tok, chat_template=qwen2_5_vl_chat_template)
 
 
-from consistency_amp.prompts import _visible_box
+from consistency_amp.world.prompts import _visible_box
 
 
 def cue_values(scene, q: Question):
@@ -197,7 +197,7 @@ def batch_inputs(items, processor, rng, edges, r: Recipe, train=True, reword_fn=
 
 def greedy_eval(model, processor, examples, edges, r, max_new=24, bs=64, forced=None):
     "Per-example record: cell (relation, order), prediction, truth."
-    from consistency_amp.evaluation import GreedyDecoder
+    from consistency_amp.experiments.evaluation import GreedyDecoder
     dec = GreedyDecoder(model, processor, max_new_tokens=max_new)
     recs = []
     for i in range(0, len(examples), bs):
@@ -280,7 +280,7 @@ def main(**kw):
 
 def sampled_diversity(model, processor, examples, K=8, max_new=32):
     "At T=1: format rate and share of groups of K holding both answers."
-    from consistency_amp.evaluation import GreedyDecoder
+    from consistency_amp.experiments.evaluation import GreedyDecoder
     dec = GreedyDecoder(model, processor, max_new_tokens=max_new)
     both, fmt, n = 0, 0, 0
     for i in range(0, len(examples), 8):
@@ -312,7 +312,7 @@ AUX_CHANNELS = 3 + len(AUX_TASKS) + 2     # marker colour present x3, canonical 
 
 def aux_targets(scene_t, q_t, grid) -> tuple[np.ndarray, np.ndarray]:
     "Per merged token: (targets (n, C), mask (n, C)) — colour presence, the example's canonical fact, row/col."
-    from consistency_amp.prompts import MARKER_RGB, MARKER_COLORS
+    from consistency_amp.world.prompts import MARKER_RGB, MARKER_COLORS
     _, h, w = (int(v) for v in grid[0]); H, W = h // 2, w // 2
     packed = lambda rgb: (rgb[..., 0] >> 7) | (rgb[..., 1] >> 7) << 1 | (rgb[..., 2] >> 7) << 2
     mask_img = packed(np.asarray(draw_markers(Image.new("RGB", (scene_t.width, scene_t.height)), scene_t, q_t)))

@@ -3,7 +3,7 @@ A scripted model answers each of K completions of x and of x' = T(x) correctly w
 project's own reward (`trainer.paired_consistency_rewards`, minimal pairing) scores them, and GRPO's group-normalised
 advantage is averaged over correct and over wrong completions (400 pairs per row)."""
 import numpy as np
-from consistency_amp.trainer import SIDES, paired_consistency_rewards
+from consistency_amp.training.trainer import SIDES, paired_consistency_rewards
 K, rng = 8, np.random.default_rng(0)
 text = lambda answer: f"<think>x</think><answer>{answer}</answer>"
 for p in (0.5, 0.6, 0.65, 0.76, 0.9):

@@ -3,13 +3,13 @@ On the first N held-out test questions per task of the miniature experiment's wo
 greedy accuracy, the mean accuracy of K samples at T = 1 (what GRPO samples), and the accuracy of their majority."""
 import sys, json
 import numpy as np, torch
-from consistency_amp.experiment import ExperimentConfig, world_config, SOURCE
-from consistency_amp.evaluation import GreedyDecoder, held_out_examples
-from consistency_amp.models import load_model
-from consistency_amp.prompts import load_rgb, make_prompt
-from consistency_amp.synthetic import default_world
-from consistency_amp.tasks import BOOLEAN_TASKS
-from consistency_amp.verifiers import parse_answer
+from consistency_amp.experiments.experiment import ExperimentConfig, world_config, SOURCE
+from consistency_amp.experiments.evaluation import GreedyDecoder, held_out_examples
+from consistency_amp.training.models import load_model
+from consistency_amp.world.prompts import load_rgb, make_prompt
+from consistency_amp.world.synthetic import default_world
+from consistency_amp.world.tasks import BOOLEAN_TASKS
+from consistency_amp.reward.verifiers import parse_answer
 torch.set_num_threads(1); torch.manual_seed(0)
 n, K = (int(a) for a in (sys.argv[1:] + ["60", "8"])[:2])
 model, processor = load_model("spatial-base-large", lora=False)

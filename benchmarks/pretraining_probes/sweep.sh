@@ -6,7 +6,7 @@ export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 TOK
 STEPS=${1:-2500}; IPS=${IPS:-300}; LIMIT=${LIMIT:-480}; export DEADLINE=$(( $(date +%s) + ${TRAIN_SECS:-400} ))
 date +%T
 python3 -c "
-from consistency_amp.synthetic import SyntheticConfig, default_world
+from consistency_amp.world.synthetic import SyntheticConfig, default_world
 for s in (('SUNRGBD','KITTI'), ('SUNRGBD',)): default_world(SyntheticConfig(seed=7919, n_images_per_split={'train': $IPS}, sources=s))
 " 2>&1 | grep -v -i warn | tail -3
 date +%T

@@ -4,10 +4,10 @@ split (seed 1, never used for reported numbers), N per task."""
 import sys, json, time, os
 import torch
 torch.set_num_threads(1)
-from consistency_amp.synthetic import SyntheticConfig, default_world
-from consistency_amp.train import TrainParams, run_training
-from consistency_amp.evaluation import evaluate
-from consistency_amp.tasks import BOOLEAN_TASKS
+from consistency_amp.world.synthetic import SyntheticConfig, default_world
+from consistency_amp.training.train import TrainParams, run_training
+from consistency_amp.experiments.evaluation import evaluate
+from consistency_amp.world.tasks import BOOLEAN_TASKS
 name, over = sys.argv[1], json.loads(sys.argv[2]); n = int(sys.argv[3]) if len(sys.argv) > 3 else 200
 train_world = default_world(SyntheticConfig(seed=0, n_images_per_split={'train':1600,'val':400,'test':400}, sources=('SUNRGBD',)))
 val_world = default_world(SyntheticConfig(seed=1, n_images_per_split={'train':0,'val':0,'test':1200}, sources=('SUNRGBD',)))
@@ -20,7 +20,7 @@ t1 = time.time()
 out, recs = evaluate("spatial-base-large", adapter=adapter, data_root=val_world, tasks=BOOLEAN_TASKS, sources=("SUNRGBD",),
                max_examples=n, batch_size=64, max_new_tokens=24, progress=False, return_records=True)
 per = {r["task"]: round(r["accuracy"], 3) for r in out["results"]}
-from consistency_amp.runs import jsonable, write_json   # the per-example answers, for visual_belief.py
+from consistency_amp.training.runs import jsonable, write_json   # the per-example answers, for visual_belief.py
 write_json(__import__("pathlib").Path("scratch/sweep_runs") / name / "eval" / "val.json",
            jsonable(out | dict(run=name, data_root=str(val_world), examples=recs)))
 tr = {}

@@ -5,14 +5,14 @@ phi_T(answer(x)) == answer(x'), split by which image / question transformation T
 import sys, json
 from collections import defaultdict
 import numpy as np, torch
-from consistency_amp.experiment import ExperimentConfig, world_config, SOURCE
-from consistency_amp.evaluation import GreedyDecoder, held_out_examples
-from consistency_amp.models import load_model
-from consistency_amp.prompts import make_prompt_pair
-from consistency_amp.synthetic import default_world
-from consistency_amp.tasks import BOOLEAN_TASKS
-from consistency_amp.transforms import phi
-from consistency_amp.verifiers import parse_answer
+from consistency_amp.experiments.experiment import ExperimentConfig, world_config, SOURCE
+from consistency_amp.experiments.evaluation import GreedyDecoder, held_out_examples
+from consistency_amp.training.models import load_model
+from consistency_amp.world.prompts import make_prompt_pair
+from consistency_amp.world.synthetic import default_world
+from consistency_amp.world.tasks import BOOLEAN_TASKS
+from consistency_amp.world.transforms import phi
+from consistency_amp.reward.verifiers import parse_answer
 torch.set_num_threads(1)
 n, draws = (int(a) for a in (sys.argv[1:] + ["50", "2"])[:2])
 model, processor = load_model("spatial-base-large", lora=False)

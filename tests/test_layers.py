@@ -1,0 +1,67 @@
+"""The package's layers import downwards only (the map is in nbs/index.ipynb).
+
+From the bottom: the top-level modules every layer uses (`core`, `files`), then `reward`, `world`, `training` and
+`experiments`. A module may import from its own layer and the layers below it, never from one above: the reward does
+not know about worlds or trainers, and nothing below `experiments` knows about figures. Imports inside functions count.
+"""
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "consistency_amp"
+LAYERS = ("", "reward", "world", "training", "experiments")   # "": the top level
+
+
+def layer(module: str) -> int:
+    "The layer of a dotted module name under consistency_amp (a top-level module is layer 0)."
+    parts = module.split(".")[1:]
+    return LAYERS.index(parts[0]) if len(parts) > 1 and parts[0] in LAYERS else 0
+
+
+def imports(path: Path, package: Path) -> set[str]:
+    "The consistency_amp modules `path` imports, absolute or relative, at any depth of the file."
+    name = ".".join(("consistency_amp",) + path.relative_to(package).with_suffix("").parts)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("consistency_amp.")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:   # relative: from the module's package, `level` dots up
+                base = name.split(".")[:-node.level]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else: module = node.module or ""
+            if module.startswith("consistency_amp."):
+                found.add(module)
+                found |= {f"{module}.{a.name}" for a in node.names if (package.parent / (module + "." + a.name).replace(".", "/")).with_suffix(".py").is_file()}
+    return found
+
+
+def upward_imports(package: Path) -> list[tuple[str, str]]:
+    "(module, imported module) for every import of a higher layer."
+    bad = []
+    for path in sorted(package.rglob("*.py")):
+        if path.stem == "_modidx": continue
+        module = ".".join(("consistency_amp",) + path.relative_to(package).with_suffix("").parts)
+        bad += [(module, other) for other in sorted(imports(path, package)) if layer(other) > layer(module)]
+    return bad
+
+
+def test_every_module_has_a_layer():
+    assert {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()} == set(LAYERS[1:])
+    assert {p.stem for p in PKG.glob("*.py")} == {"__init__", "_modidx", "core", "files"}
+
+
+def test_imports_point_down_the_layers():
+    assert upward_imports(PKG) == []
+
+
+def test_an_upward_import_is_found(tmp_path):
+    package = tmp_path / "consistency_amp"
+    for sub in ("reward", "training"):
+        (package / sub).mkdir(parents=True)
+        (package / sub / "__init__.py").write_text("")
+    (package / "core.py").write_text("X = 1\n")
+    (package / "training" / "trainer.py").write_text("from ..reward.pairing import f\nfrom ..core import X\n")
+    (package / "reward" / "pairing.py").write_text("def f():\n    from ..training import trainer\n    return trainer\n")
+    assert upward_imports(package) == [("consistency_amp.reward.pairing", "consistency_amp.training.trainer")]
+    (package / "reward" / "pairing.py").write_text("import consistency_amp.training.trainer\n")
+    assert upward_imports(package) == [("consistency_amp.reward.pairing", "consistency_amp.training.trainer")]
