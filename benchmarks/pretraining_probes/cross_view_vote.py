@@ -1,10 +1,12 @@
-"""Can the pairing's vote beat the greedy answer?  python benchmarks/pretraining_probes/cross_view_vote.py [N_PER_TASK] [K] [TEMPERATURES]
+"""Can the pairing's vote beat the greedy answer?
+python benchmarks/pretraining_probes/cross_view_vote.py [N_PER_TASK] [K] [TEMPERATURES] [MARKER_SWAP]
 
 The minimal pairing's boolean reward is a vote (nbs/01_pairing.ipynb): of the 2K answers to x and x' = T(x), mapped
 through phi_T, the combined majority is rewarded. Training can only move the model toward that majority, and the
 experiment scores the *greedy* answer. So consistency training can raise held-out accuracy only where the cross-view
 majority is right more often than the greedy answer already is. This probe measures both on the VAL world (seed 1,
-never reported), for the base `spatial-base-large`, with the training sampler's pairs (marker swap on every pair):
+never reported), for the base `spatial-base-large`, with the training sampler's pairs (MARKER_SWAP: the share of pairs
+with the marker swap, 1 by default, 0 for the paper's set):
 
 * greedy: the greedy answer to x;
 * one sample: the mean accuracy of the K samples of x at temperature T;
@@ -29,9 +31,10 @@ from consistency_amp.world.transforms import phi
 from consistency_amp.reward.verifiers import parse_answer
 
 torch.set_num_threads(1)
-args = sys.argv[1:] + [None] * 3
+args = sys.argv[1:] + [None] * 4
 n, K = int(args[0] or 50), int(args[1] or 8)
 temperatures = [float(t) for t in (args[2] or "1.0,0.7,0.5").split(",")]
+swap = float(args[3]) if args[3] is not None else 1.0
 model, processor = load_model("spatial-base-large", lora=False)
 model.eval(); decoder = GreedyDecoder(model, processor, 24)
 examples = held_out_examples(default_world(world_config(ExperimentConfig(), val=True)), BOOLEAN_TASKS, (SOURCE,), n)
@@ -52,7 +55,7 @@ def answers(batch, temperature):
     return [parse_answer(t, "boolean") for t in texts]
 
 
-pairs = {key: [(e, make_prompt_pair(e, np.random.default_rng([11, i]), marker_swap=True)) for i, e in enumerate(group)]
+pairs = {key: [(e, make_prompt_pair(e, np.random.default_rng([11, i]), marker_swap=swap)) for i, e in enumerate(group)]
          for key, group in examples.items()}
 for temperature in temperatures:
     torch.manual_seed(0)
@@ -71,4 +74,4 @@ for temperature in temperatures:
         print(temperature, task, per_task[task], file=sys.stderr, flush=True)
     mean = {k: round(float(np.mean([v[k] for v in per_task.values()])), 3)
             for k in ("greedy", "one_sample", "majority_x", "majority_x_xp")}
-    print(json.dumps(dict(temperature=temperature, K=K, n_per_task=n, mean=mean, per_task=per_task)), flush=True)
+    print(json.dumps(dict(temperature=temperature, marker_swap=swap, K=K, n_per_task=n, mean=mean, per_task=per_task)), flush=True)
