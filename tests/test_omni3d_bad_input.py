@@ -99,6 +99,12 @@ IMAGE_CASES = [
      "image not found: "),
     ("image size mismatch", _set(lambda d: _image(d, 2), "width", 50), "image", 2, "width", "is 48x24, the record says 50x24"),
     ("image flag not bool", _set(lambda d: _image(d, 2), "src_flagged", "no"), "image", 2, "src_flagged", "expected true or false"),
+    ("image path leaves the root", _set(lambda d: _image(d, 2), "file_path", "../../SUNRGBD/kv1/img2.jpg"), "image", 2,
+     "file_path", "must be a relative path inside the image root"),
+    ("image path absolute", _set(lambda d: _image(d, 2), "file_path", "/etc/hosts"), "image", 2, "file_path",
+     "must be a relative path inside the image root"),
+    ("image K boolean", _set(lambda d: _image(d, 2), "K", [[True, 0, 24], [0, 40, 12], [0, 0, 1]]), "image", 2, "K",
+     "got a boolean"),
 ]
 
 ANNOTATION_CASES = [
@@ -136,6 +142,14 @@ ANNOTATION_CASES = [
     ("truncation not a number", _set(lambda d: _ann(d, 12), "truncation", "low"), "annotation", 12, "truncation",
      "expected a finite number"),
     ("valid3D not bool", _set(lambda d: _ann(d, 12), "valid3D", "true"), "annotation", 12, "valid3D", "expected true or false"),
+    ("center boolean", _set(lambda d: _ann(d, 12), "center_cam", [0.0, True, 2.5]), "annotation", 12, "center_cam",
+     "got a boolean"),
+    ("center implausibly large", _set(lambda d: _ann(d, 12), "center_cam", [0.0, 1e300, 2.5]), "annotation", 12,
+     "center_cam", "not a plausible coordinate"),
+    ("R not a rotation", _set(lambda d: _ann(d, 12), "R_cam", [[2, 0, 0], [0, 1, 0], [0, 0, 1]]), "annotation", 12,
+     "R_cam", "not a rotation"),
+    ("R a reflection", _set(lambda d: _ann(d, 12), "R_cam", [[-1, 0, 0], [0, 1, 0], [0, 0, 1]]), "annotation", 12,
+     "R_cam", "not a rotation"),
     ("category name empty", _set(lambda d: _ann(d, 12), "category_name", ""), "annotation", 12, "category_name",
      "non-empty string"),
 ]

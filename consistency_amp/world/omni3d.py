@@ -18,8 +18,8 @@ from .geometry import (as_array, box_center, box_corners, box_depth, box_volume,
 from .geometry import behind_camera as corners_behind_camera
 
 # %% auto #0
-__all__ = ['OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Omni3DFormatError', 'Skipped', 'LoadReport', 'Scenes',
-           'load_omni3d', 'write_omni3d', 'omni3d_json_path', 'load_omni3d_root']
+__all__ = ['MAX_ABS_VALUE', 'OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Omni3DFormatError', 'Skipped', 'LoadReport',
+           'Scenes', 'load_omni3d', 'write_omni3d', 'omni3d_json_path', 'load_omni3d_root']
 
 # %% ../../nbs/11_omni3d.ipynb #c2fdee4f
 def _same(a, b) -> bool:
@@ -147,10 +147,18 @@ def _str(rec, key) -> str:
     if not isinstance(v, str) or not v: raise _FieldError(key, f"expected a non-empty string, got {v!r}")
     return v
 
+MAX_ABS_VALUE = 1e6   # metres or pixels: anything larger is a corrupt record, and would overflow products later
+
+def _has_bool(v) -> bool: return isinstance(v, bool) or (isinstance(v, (list, tuple)) and any(_has_bool(x) for x in v))
+
 def _arr(rec, key, shape) -> np.ndarray:
-    try: return as_array(_need(rec, key), shape, key)
-    except _FieldError: raise
+    v = _need(rec, key)
+    if _has_bool(v): raise _FieldError(key, f"expected numbers, got a boolean in {v!r}")   # JSON true would read as 1.0
+    try: arr = as_array(v, shape, key)
     except ValueError as e: raise _FieldError(key, str(e).removeprefix(f"{key}: ")) from None
+    if np.abs(arr).max(initial=0) > MAX_ABS_VALUE:
+        raise _FieldError(key, f"a value of magnitude {np.abs(arr).max():.3g} (> {MAX_ABS_VALUE:g}) is not a plausible coordinate")
+    return arr
 
 def _flag(rec, key, default=None) -> bool | None:
     if default is not None and key not in rec: return default
@@ -180,6 +188,8 @@ def _parse_image(rec, image_root: Path, source: str, split: str, check_images: b
     image_id = _int(rec, "id")
     width, height = _int(rec, "width", positive=True), _int(rec, "height", positive=True)
     file_path = _str(rec, "file_path")
+    if Path(file_path).is_absolute() or ".." in Path(file_path).parts:   # never read outside the image root
+        raise _FieldError("file_path", f"must be a relative path inside the image root, got {file_path!r}")
     K = _arr(rec, "K", (3, 3))
     if K[0, 0] <= 0 or K[1, 1] <= 0: raise _FieldError("K", f"focal lengths must be positive, got {K[0, 0]}, {K[1, 1]}")
     dataset_id, rotate = _optional_number(rec, "dataset_id", kind=int), _optional_number(rec, "src_90_rotate", kind=int)
@@ -208,6 +218,8 @@ def _parse_annotation(rec, categories: dict[int, str]) -> Object3D:
     center, dims = _arr(rec, "center_cam", (3,)), _arr(rec, "dimensions", (3,))
     R, corners = _arr(rec, "R_cam", (3, 3)), _arr(rec, "bbox3D_cam", (8, 3))
     if valid3D and np.any(dims <= 0): raise _FieldError("dimensions", f"must be positive, got {dims.tolist()}")
+    if valid3D and not (np.allclose(R.T @ R, np.eye(3), atol=1e-2) and np.linalg.det(R) > 0):   # rounded in the files
+        raise _FieldError("R_cam", f"not a rotation (R^T R - I up to {np.abs(R.T @ R - np.eye(3)).max():.3g}, det {np.linalg.det(R):.3g})")
     # behind_camera is optional in Omni3D (-1 when unavailable): then it is computed from the corners
     behind = rec.get("behind_camera", -1)
     behind = _flag(rec, "behind_camera") if isinstance(behind, bool) or behind != -1 else corners_behind_camera(corners)
