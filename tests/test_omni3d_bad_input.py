@@ -280,3 +280,30 @@ def test_missing_file_and_bad_mode(root):
         load_omni3d(root / "nowhere.json")
     with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip'"):
         load_omni3d(_write(root, _dataset()), on_error="ignore")
+
+
+def test_unknown_truncation_is_computed_from_the_projected_box(root):
+    "visibility and truncation both -1 (as in some release files): truncation is the share of bbox2D_proj outside the image."
+    data = _dataset()
+    for a in data["annotations"]: a["visibility"] = a["truncation"] = -1
+    _ann(data, 12)["bbox2D_proj"] = [-10.0, 0.0, 10.0, 10.0]   # half of it left of the image
+    objects = {o.id: o for s in load_omni3d(_write(root, data)) for o in s.objects}
+    assert objects[12].truncation == pytest.approx(1 - (10 * 10) / (20 * 10))
+    for a in data["annotations"]:
+        x1, y1, x2, y2 = a["bbox2D_proj"]
+        inside = (min(x2, W) - max(x1, 0)) * (min(y2, H) - max(y1, 0))
+        assert objects[a["id"]].truncation == pytest.approx(1 - inside / ((x2 - x1) * (y2 - y1)))
+        assert objects[a["id"]].visibility is None
+
+
+def test_an_empty_task_says_why(root, capsys):
+    "When no example of a (task, source) survives, build_task_splits prints which filters rejected the objects."
+    from consistency_amp.world.task_splits import TaskFilters, build_task_splits
+    data = _dataset()
+    for a in data["annotations"]: a["visibility"] = a["truncation"] = -1
+    scenes = list(load_omni3d(_write(root, data)))
+    splits = build_task_splits({"SUNRGBD": scenes}, sources=("SUNRGBD",), filters=TaskFilters(visibility_fallback=False))
+    assert all(not split.train and not split.test for split in splits.values())
+    out = capsys.readouterr().out
+    assert "build_task_splits: no examples of orientation, depth, size" in out and "from SUNRGBD (3 images)" in out
+    assert "visibility unknown: 5" in out

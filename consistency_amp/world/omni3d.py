@@ -340,7 +340,11 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
             obj = _parse_annotation(rec, categories)
             if obj.id in seen: raise _FieldError("id", f"duplicate annotation id {obj.id}")
             seen.add(obj.id)
-            scenes[image_id].objects.append(obj)
+            scene = scenes[image_id]
+            if obj.truncation is None:   # -1 in the file: Omni3D's own rule, the share of the projected box outside the image
+                proj = obj.bbox2D_proj if obj.bbox2D_proj is not None else project_box(obj.corners, scene.K)
+                if proj is not None: obj.truncation = truncation_fraction(proj, scene.width, scene.height)
+            scene.objects.append(obj)
         except _FieldError as e: fail("annotation", rid, e, where)
 
     report.n_images, report.n_objects = len(scenes), sum(len(s.objects) for s in scenes.values())

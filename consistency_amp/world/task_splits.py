@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -23,7 +25,7 @@ from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, E
 __all__ = ['GAP_CAP', 'AREA_CAP', 'TaskFilters', 'default_filters', 'visible_fraction', 'object_rejection', 'ImageObjects',
            'Candidates', 'candidates', 'counting_candidates', 'selection_scores', 'select_groups', 'image_rng',
            'image_examples', 'build_examples_by_task', 'build_examples', 'split_of', 'split_examples', 'TaskSplit',
-           'load_sources', 'build_task_splits', 'dataset_statistics']
+           'load_sources', 'rejection_counts', 'build_task_splits', 'dataset_statistics']
 
 # %% ../../nbs/17_task_splits.ipynb #9dbc22b5
 def _help(text: str, default):
@@ -331,6 +333,15 @@ def load_sources(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, **load_kwar
         out[src] = scenes
     return out
 
+def rejection_counts(scenes, filters: TaskFilters) -> Counter:
+    "How many objects of `scenes` each single-object filter rejects (thresholds kept, values dropped), and how many pass."
+    counts = Counter()
+    for scene in scenes:
+        for o in scene.objects:
+            reason = object_rejection(o, scene, filters)
+            counts[re.sub(r"^(\w+) [-\d.e]+ ", r"\1 ", reason) if reason else "passed"] += 1
+    return counts
+
 def build_task_splits(root, tasks=TASKS, sources=("SUNRGBD", "KITTI"), filters=None, seed: int = 0, max_per_image: int = 1,
                       split_seed: int = 0, test_fraction: float = 0.2, **load_kwargs) -> dict[tuple[str, str], TaskSplit]:
     "Train/test examples per (task, source) from an Omni3D root directory, a dict source -> scenes, or a list of scenes."
@@ -347,6 +358,10 @@ def build_task_splits(root, tasks=TASKS, sources=("SUNRGBD", "KITTI"), filters=N
         by_task = build_examples_by_task(by_source[src], tasks, filters, seed, max_per_image, split_seed, test_fraction)
         for task, ex in by_task.items():
             out[(task, src)] = TaskSplit([e for e in ex if e.split == "train"], [e for e in ex if e.split == "test"])
+        if empty := [task for task, ex in by_task.items() if not ex]:   # say why, instead of an empty split downstream
+            counts = rejection_counts(by_source[src], _resolve_filters(filters, src))
+            print(f"build_task_splits: no examples of {', '.join(empty)} from {src} ({len(by_source[src])} images); objects: "
+                  + (", ".join(f"{reason}: {n}" for reason, n in counts.most_common()) or "none annotated"))
     return {(t, s): out[(t, s)] for t in tasks for s in sources}
 
 # %% ../../nbs/17_task_splits.ipynb #9e1cef3d
