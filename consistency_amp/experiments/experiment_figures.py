@@ -17,8 +17,8 @@ from .science import bootstrap
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['SIZES', 'REWARD_COLOURS', 'correctness', 'same_task_rows', 'transfer_rows', 'plot_same_task', 'plot_transfer',
-           'report_figures']
+__all__ = ['SIZES', 'BASE_TITLES', 'REWARD_COLOURS', 'correctness', 'same_task_rows', 'transfer_rows', 'plot_same_task',
+           'plot_transfer', 'report_figures']
 
 # %% ../../nbs/36_experiment_figures.ipynb #e46f6058
 def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_NAME, runs_dir=None):
@@ -37,6 +37,7 @@ def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_
 
 # %% ../../nbs/36_experiment_figures.ipynb #dbc60f99
 SIZES = {"": "base", "_small": "base_small"}   # condition suffix -> the base it starts from (large: 7B, small: 3B)
+BASE_TITLES = {"base": "spatial-base-large (stands in for 7B)", "base_small": "spatial-base-small (stands in for 3B)"}
 
 def _interval(arrays: dict, statistic, resamples: int):
     value, low, high = bootstrap(arrays, statistic, resamples)
@@ -80,18 +81,20 @@ def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the tr
     bases = list(dict.fromkeys(r["base"] for r in rows))
     fig, axes = plt.subplots(1, len(bases), figsize=(5.2 * len(bases), 3.4), squeeze=False, sharey=True)
     for ax, base in zip(axes[0], bases):
+        labelled = set()
         for j, reward in enumerate(REWARD_COLOURS):
             for i, task in enumerate(BOOLEAN_TASKS):
                 r = next((r for r in rows if (r["base"], r["task"], r["reward"]) == (base, task, reward)), None)
                 if r is None: continue
                 x, colour = i + (j - 1) * 0.27, REWARD_COLOURS[reward]
-                ax.bar(x, r["value"], 0.25, color=colour, alpha=0.35, label=reward if i == 0 else None)
+                ax.bar(x, r["value"], 0.25, color=colour, alpha=0.35, label=None if reward in labelled else reward)
+                labelled.add(reward)
                 ax.errorbar(x, r["value"], [[r["value"] - r["low"]], [r["high"] - r["value"]]], color=colour, capsize=2, lw=1.2)
                 ax.scatter([x] * len(r["per_seed"]), r["per_seed"], s=9, color=colour, zorder=3)
         ns = {r["task"]: r["n"] for r in rows if r["base"] == base}
         ax.set_xticks(range(len(BOOLEAN_TASKS)), [f"{t}\n(n={ns.get(t, 0)})" for t in BOOLEAN_TASKS], fontsize=7)
         ax.axhline(0.5, color="k", lw=0.6, ls=":")
-        ax.set(title=base, ylim=(0.3, 1.0), ylabel="accuracy")
+        ax.set(title=BASE_TITLES.get(base, base), ylim=(0.3, 1.0), ylabel="accuracy")
         ax.legend(fontsize=7, loc="upper right")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -110,7 +113,8 @@ def plot_transfer(rows: list[dict], title: str):
             if r["reward"] != reward: continue
             i, j = trained.index(r["trained"]), BOOLEAN_TASKS.index(r["task"])
             grid[i, j] = 100 * r["value"]
-            ax.text(j, i, f"{100 * r['value']:+.1f}\n[{100 * r['low']:+.1f}, {100 * r['high']:+.1f}]", ha="center", va="center", fontsize=6)
+            ax.text(j, i, f"{100 * r['value']:+.1f}\n[{100 * r['low']:+.1f}, {100 * r['high']:+.1f}]", ha="center", va="center",
+                    fontsize=6, color="white" if abs(100 * r["value"]) > 12 else "black")   # readable on the dark cells
         ax.imshow(grid, cmap="RdBu", vmin=-20, vmax=20)
         ax.set_xticks(range(len(BOOLEAN_TASKS)), BOOLEAN_TASKS, fontsize=7, rotation=20)
         ax.set_yticks(range(len(trained)), trained, fontsize=7)
