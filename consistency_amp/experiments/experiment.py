@@ -28,8 +28,8 @@ __all__ = ['HEADLINE_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', '
            'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'CONDITION_COLOURS',
            'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file',
            'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals',
-           'plot_task_accuracy', 'train_logs', 'report', 'claim_rows', 'plot_claim_constancy', 'argument_parser',
-           'main']
+           'plot_task_accuracy', 'train_logs', 'save_figure', 'report', 'claim_rows', 'plot_claim_constancy',
+           'argument_parser', 'main']
 
 # %% ../../nbs/35_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
@@ -282,9 +282,16 @@ def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency
     return {name: read_run(folder / name).train_log for c in conditions if c in config.conditions for s in config.seeds
             if (folder / (name := run_name_of(c, s))).is_dir()}
 
+def save_figure(fig, out: Path, name: str) -> list[Path]:
+    "Write `fig` as out/name.png and out/name.pdf, close it; the two paths."
+    import matplotlib.pyplot as plt
+    paths = [out / f"{name}.{ext}" for ext in ("png", "pdf")]
+    for path in paths: fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return paths
+
 def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
     "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4 where run, to `out_dir`; the paths."
-    import matplotlib.pyplot as plt
     from consistency_amp.experiments.science import plot_answer_monitor, science_markdown, science_table, write_science
     data, _, tasks = outcomes(config, runs_dir)
     if not data: raise ValueError(f"no finished evaluation under {experiment_dir(config, runs_dir)}: run launch() first")
@@ -303,10 +310,7 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
         if r["task"] == "all": by_condition.setdefault(r["condition"], []).append(r["constancy"])
     print("claim constancy over tasks (1: a fixed visual judgement read through the wording):",
           ", ".join(f"{c} {np.mean(v):.2f}" for c, v in by_condition.items()))
-    for name, fig in figures.items():
-        for ext in ("png", "pdf"):
-            fig.savefig(out / f"{name}.{ext}", dpi=150, bbox_inches="tight"); paths.append(out / f"{name}.{ext}")
-        plt.close(fig)
+    for name, fig in figures.items(): paths += save_figure(fig, out, name)
     from consistency_amp.experiments.experiment_figures import report_figures   # (imported late: it imports this module)
     return paths + report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4, where their runs exist
 

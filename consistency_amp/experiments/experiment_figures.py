@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, ExperimentConfig, eval_file,
-                                        experiment_dir, jobs)
+                                        experiment_dir, jobs, save_figure)
 from .science import bootstrap
 from ..world.tasks import BOOLEAN_TASKS
 
@@ -126,11 +126,7 @@ def plot_transfer(rows: list[dict], title: str):
 # %% ../../nbs/36_experiment_figures.ipynb #9440dd92
 def _write(fig, rows: list[dict], out: Path, name: str) -> list[Path]:
     import csv
-    import matplotlib.pyplot as plt
-    paths = []
-    for ext in ("png", "pdf"):
-        fig.savefig(out / f"{name}.{ext}", dpi=150, bbox_inches="tight"); paths.append(out / f"{name}.{ext}")
-    plt.close(fig)
+    paths = save_figure(fig, out, name)
     with open(out / f"{name}.csv", "w", newline="") as f:
         keys = [k for k in rows[0] if k != "per_seed"]
         writer = csv.DictWriter(f, keys, extrasaction="ignore"); writer.writeheader(); writer.writerows(rows)
