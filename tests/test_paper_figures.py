@@ -314,7 +314,7 @@ def assert_png_pdf(paths):
 def test_qualitative_figure_reads_records_and_never_invents(tmp_path):
     from consistency_amp.experiments.data_figures import qualitative_figure
     from consistency_amp.core import PAPER_MODELS
-    from consistency_amp.experiments.registry import fixture_result, results_table, write_fixture_run
+    from consistency_amp.experiments.results import fixture_result, results_table, write_fixture_run
 
     def rec(uid, completion, correct):
         return dict(uid=uid, task="depth", source="SUNRGBD", question=f"Q {uid}?", image_file=None, ground_truth=True,

@@ -1,7 +1,6 @@
-"""The run registry (consistency_amp.experiments.registry): tidy results table from fixture run folders, manifest status, broken
+"""The run registry (consistency_amp.experiments.{manifest,results,status,launcher,registry}): tidy results table from fixture run folders, manifest status, broken
 runs, print mode (one command per missing run) and the in-process mini launcher (complete runs, resumable, idempotent)."""
 import io
-import json
 import math
 import os
 import shlex
@@ -13,18 +12,14 @@ import pandas as pd
 import pytest
 
 from consistency_amp.core import PAPER_MODELS
-from consistency_amp.experiments.registry import (EXTERNAL_BASELINES, LAUNCHABLE, RESULT_COLUMNS, TRAIN_IDENTITY_KEYS, fixture_result,
-                                      launch_missing, manifest, manifest_status, missing_runs,
-                                      results_table, status_summary, write_fixture_run)
-from consistency_amp.training.runs import create_run, read_json, read_run, write_json
+from consistency_amp.experiments.launcher import launch_missing, missing_runs
+from consistency_amp.experiments.manifest import EXTERNAL_BASELINES, manifest
+from consistency_amp.experiments.results import RESULT_COLUMNS, fixture_result, results_table, write_fixture_run
+from consistency_amp.experiments.status import manifest_status, spec_params, status_summary
+from consistency_amp.training.runs import create_run, read_run, write_json
 from consistency_amp.world.tasks import BOOLEAN_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def params_of(spec: dict) -> dict:
-    "The params.json a spec's run would store (identity keys + kind, pairing, model_size, scale)."
-    return {k: spec[k] for k in ("kind",) + TRAIN_IDENTITY_KEYS + ("pairing", "model_size", "scale")}
 
 
 def spec_where(m, **kw) -> dict:
@@ -121,9 +116,9 @@ def test_manifest_status_marks_complete_missing_and_broken(tmp_path):
 
     numeric = [spec_where(m, task=t, reward=r) for t in ("counting", "absolute_distance") for r in ("accuracy", "consistency")]
     for spec in numeric[:3]:
-        write_fixture_run(tmp_path, spec["name"], params_of(spec), [fixture_result(spec["task"], accuracy=0.4)])
+        write_fixture_run(tmp_path, spec["name"], spec_params(spec), [fixture_result(spec["task"], accuracy=0.4)])
     broken = numeric[3]                                         # evaluation written, params.json then lost
-    (write_fixture_run(tmp_path, broken["name"], params_of(broken), [fixture_result(broken["task"])]) / "params.json").unlink()
+    (write_fixture_run(tmp_path, broken["name"], spec_params(broken), [fixture_result(broken["task"])]) / "params.json").unlink()
     write_fixture_run(tmp_path, "base-7B", dict(kind="base", model=PAPER_MODELS["7B"], model_size="7B", seed=0),
                       [fixture_result(t) for t in ("counting", "absolute_distance")])
     st = manifest_status("paper", tmp_path, manifest_=m)
@@ -142,9 +137,9 @@ def test_manifest_status_marks_complete_missing_and_broken(tmp_path):
 def test_needs_eval_and_mismatch(tmp_path):
     m = manifest("paper", data_root="/data/omni3d")
     spec = spec_where(m, task="counting", reward="consistency")
-    write_fixture_run(tmp_path, spec["name"], params_of(spec), None)                        # trained, not evaluated
+    write_fixture_run(tmp_path, spec["name"], spec_params(spec), None)                        # trained, not evaluated
     other = spec_where(m, task="counting", reward="accuracy")
-    write_fixture_run(tmp_path, other["name"], params_of(other) | dict(seed=7), [fixture_result("counting")])
+    write_fixture_run(tmp_path, other["name"], spec_params(other) | dict(seed=7), [fixture_result("counting")])
     st = manifest_status("paper", tmp_path, manifest_=m, figures="figure_7").set_index("run")
     assert st.loc[spec["name"], "status"] == "needs_eval"
     assert st.loc[other["name"], "status"] == "mismatch" and "seed: stored 7, wanted 0" in st.loc[other["name"], "detail"]
@@ -222,7 +217,7 @@ def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path)
     train = next(s for s in todo if s["kind"] == "train")
     assert (train["stands_in_for"], train["task"], train["reward"], train["steps"]) == ("7B", "depth", "consistency", 1)
     # a run interrupted before its first step: the launcher must resume it in place
-    create_run(train["name"], params_of(train), runs=tmp_path)
+    create_run(train["name"], spec_params(train), runs=tmp_path)
     status = {s["name"]: s["status"] for s in missing_runs("mini", tmp_path, manifest_=m, figures="appendix_c")}
     assert status == {train["name"]: "incomplete", "base-spatial-base-large": "missing"}
 

@@ -7,10 +7,10 @@
 #   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
-# * The miniature experiment (python -m consistency_amp.experiments.experiment; nbs/35_experiment.ipynb): spatial-base-large
+# * The miniature experiment (python -m consistency_amp.experiments.experiment; nbs/46_experiment.ipynb): spatial-base-large
 #   trained with the accuracy reward, the consistency reward and the blind control (--full: also the consistency reward
 #   with the marker swap, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures
-#   2-4 from both spatial bases, nbs/36_experiment_figures.ipynb), 3 seeds each, evaluated on 300
+#   2-4 from both spatial bases, nbs/47_experiment_figures.ipynb), 3 seeds each, evaluated on 300
 #   held-out examples per task; writes
 #   figures/science.{md,csv}, figures/science_{accuracy,monitor,claims}.{png,pdf} and, with --full,
 #   figures/science_fig{2_same_task,3_cross_task,4_cross_domain}.{png,pdf,csv}.
