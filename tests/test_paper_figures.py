@@ -12,12 +12,13 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from consistency_amp.experiments.paper_figures import (FIGURE_TASKS, NOISE_AXIS, artists_by_gid, baselines_figure,
-                                           comparison_markdown, cross_domain_figure, cross_task_figure, gid,
-                                           label_noise_figure, numeric_figure, pairing_figure, paper_comparison,
-                                           paper_numbers, paper_numbers_path, results_rows, same_task_figure,
-                                           save_figure, value_at, write_comparison)
-from consistency_amp.world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS
+from consistency_amp.experiments.plotting import artists_by_gid, FIGURE_TASKS, gid, save_figure
+from consistency_amp.experiments.paper_figures import (baselines_figure, cross_domain_figure, cross_task_figure,
+                                                       label_noise_figure, NOISE_AXIS, numeric_figure, pairing_figure,
+                                                       same_task_figure)
+from consistency_amp.experiments.paper_comparison import comparison_markdown, paper_comparison, write_comparison
+from consistency_amp.experiments.figure_data import paper_numbers, paper_numbers_path, results_rows, value_at
+from consistency_amp.world.tasks import BOOLEAN_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO.parent / "shared" / "paper" / "000_bc9ab3b45df066af.txt"

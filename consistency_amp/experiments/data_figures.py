@@ -15,9 +15,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 from PIL import Image
 
-from .paper_figures import (TASK_LABELS, base_spec, check_results, markdown_table, paper_numbers,
-                                           save_figure, select, size_label, source_label, train_spec,
-                                           write_atomically, _out_dir)
+from .plotting import _out_dir, size_label, source_label, TASK_LABELS
+from .figure_data import base_spec, check_results, paper_numbers, select, train_spec
+from .paper_comparison import markdown_table
+from ..files import write_atomically
 from ..world.prompts import PromptPair, load_rgb, make_prompt, make_prompt_pair
 from ..training.runs import read_run
 from ..world.task_splits import build_examples_by_task, build_task_splits, dataset_statistics
@@ -219,7 +220,7 @@ def table_1_markdown(table: pd.DataFrame, data_label: str) -> str:
 
 def table_1_data(table: pd.DataFrame) -> pd.DataFrame:
     "Table 1's counts as figure data (panel 'table1', group task, series source) with the paper keys of the boolean tasks."
-    from consistency_amp.experiments.paper_figures import Cell, figure_data
+    from consistency_amp.experiments.figure_data import Cell, figure_data
     rows = [("table1", r.task, r.source, Cell(float(r.n)), "examples",
              *([f"table1_{r.task}_{r.source}"] if not math.isnan(r.paper_n) else [])) for r in table.itertuples()]
     return figure_data(rows)

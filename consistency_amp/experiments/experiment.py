@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import NOISE_LEVELS   # Section 5.4: the flipped-label fractions
+from . import plotting
 from .manifest import SOURCE      # SUN RGB-D
 from .science import CONDITIONS, check_outcomes
 from ..world.synthetic import SyntheticConfig
@@ -283,12 +284,11 @@ def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency
             if (folder / (name := run_name_of(c, s))).is_dir()}
 
 def save_figure(fig, out: Path, name: str) -> list[Path]:
-    "Write `fig` as out/name.png and out/name.pdf, close it; the two paths."
+    "Write `fig` as out/name.png and out/name.pdf with the figures' writer (`plotting.save_figure`: atomic, reproducible PDF), close it; the two paths."
     import matplotlib.pyplot as plt
-    paths = [out / f"{name}.{ext}" for ext in ("png", "pdf")]
-    for path in paths: fig.savefig(path, dpi=150, bbox_inches="tight")
+    paths = plotting.save_figure(fig, out, name)
     plt.close(fig)
-    return paths
+    return [paths["png"], paths["pdf"]]
 
 def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
     "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4 where run, to `out_dir`; the paths."

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, ExperimentConfig, eval_file,
-                                        experiment_dir, jobs, save_figure)
+from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, ExperimentConfig, eval_file, jobs,
+                                        save_figure)
 from .science import bootstrap
 from ..world.tasks import BOOLEAN_TASKS
 

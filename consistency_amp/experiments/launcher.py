@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from ..core import check_choice
-from .manifest import DATA_ROOT_PLACEHOLDER, manifest, Manifest
+from .manifest import DATA_ROOT_PLACEHOLDER, Manifest, manifest
 from .status import _records, LAUNCHABLE, manifest_status, spec_status
 from ..training.runs import read_run, runs_dir as resolve_runs_dir
 

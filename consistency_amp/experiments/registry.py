@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import SCALES
-from .manifest import EXTERNAL_BASELINES
 from .launcher import ACCELERATE_CONFIG, launch_missing, LAUNCHERS, missing_runs
+from .manifest import EXTERNAL_BASELINES
 from .results import results_table
 from .status import manifest_status, status_summary
 

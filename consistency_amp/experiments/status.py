@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .manifest import (check_figures, DATA_ROOT_PLACEHOLDER, FIGURES, Manifest, manifest,
+from .manifest import (check_figures, DATA_ROOT_PLACEHOLDER, FIGURES, manifest, Manifest,
                                                   TRAIN_IDENTITY_KEYS)
 from .results import _params_problems, fixture_result, results_table, write_fixture_run
 from ..training.runs import list_runs, resolve_path, RunRecord
