@@ -5,7 +5,7 @@ usage: python benchmarks/bench_prompts.py [--images 48] [--pairs 600] [--repeat 
 One pair = load the image from disk (decode to RGB), sample T (`transforms.sample_transform`, each transformation with
 probability 0.5), apply it to the scene, image and question, draw the markers on both images and format both
 conversational prompts, and recompute the augmented ground truth: everything a training step does per example
-before the processor. The images are synthetic-world scenes (`synthetic.generate_image`) rendered at 640x480 and
+before the processor. The images are synthetic-world scenes (`rendering.generate_image`) rendered at 640x480 and
 saved as `--format` (SUN RGB-D's frames are JPEG); the examples are the ones `task_splits.build_examples` selects on
 them, all six tasks mixed. The process is pinned to `--core` (Linux) so the figure is single-core.
 
@@ -36,7 +36,7 @@ TARGET = 150.0
 
 def build_examples(folder: Path, n_images: int, fmt: str, seed: int):
     "Synthetic 640x480 scenes written as image files under `folder`, and the examples selected on them (all tasks)."
-    from consistency_amp.world.synthetic import generate_image, image_rng
+    from consistency_amp.world.rendering import generate_image, image_rng
     from consistency_amp.world.task_splits import build_examples as select
     scenes = []
     for i in range(n_images):

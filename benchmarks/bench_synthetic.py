@@ -17,8 +17,9 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEX
 import argparse, platform, tempfile, time
 from pathlib import Path
 
-from consistency_amp.world.synthetic import (SOURCES, generate_image, image_rng, make_synthetic_world, png_bytes,
-                                       resolve_source, world_info)
+from consistency_amp.world.synthetic_scenes import resolve_source, SOURCES
+from consistency_amp.world.rendering import generate_image, image_rng, png_bytes
+from consistency_amp.world.synthetic import make_synthetic_world, world_info
 
 from one_core import pin_to_one_core  # benchmarks/ is on sys.path when a script runs
 

@@ -8,8 +8,9 @@ import pytest
 
 from consistency_amp.world import synthetic
 from consistency_amp.world.omni3d import load_omni3d, load_omni3d_root
-from consistency_amp.world.synthetic import (SyntheticConfig, default_world, generate_image, image_id_for, image_rng,
-                                       make_synthetic_world, world_digest, world_info)
+from consistency_amp.world.synthetic import (default_world, image_id_for, make_synthetic_world, SyntheticConfig,
+                                             world_digest, world_info)
+from consistency_amp.world.rendering import generate_image, image_rng
 
 SMALL = {"train": 3, "val": 1, "test": 1}
 

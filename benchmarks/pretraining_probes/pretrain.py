@@ -10,7 +10,7 @@ from PIL import Image
 from consistency_amp.training.models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer,
                                     load_processor, TINY_MODEL)
 from consistency_amp.world.prompts import make_prompt, load_rgb, draw_markers, prompt_text, prompt_messages
-from consistency_amp.world.synthetic import SyntheticConfig, default_world
+from consistency_amp.world.synthetic import default_world, SyntheticConfig
 from consistency_amp.world.task_splits import build_task_splits
 from consistency_amp.world.tasks import BOOLEAN_TASKS, Question, ground_truth, task_values, TEMPLATES, RELATION_PHRASES
 from consistency_amp.world.transforms import apply_transform, Transform, sample_transform

@@ -4,7 +4,7 @@ split (seed 1, never used for reported numbers), N per task."""
 import sys, json, time, os
 import torch
 torch.set_num_threads(1)
-from consistency_amp.world.synthetic import SyntheticConfig, default_world
+from consistency_amp.world.synthetic import default_world, SyntheticConfig
 from consistency_amp.training.train import TrainParams, run_training
 from consistency_amp.experiments.evaluation import evaluate
 from consistency_amp.world.tasks import BOOLEAN_TASKS

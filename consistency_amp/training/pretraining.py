@@ -187,7 +187,7 @@ def target_completion(scene, question: Question, edges: dict, think: str = "cues
 # %% ../../nbs/24_pretraining.ipynb #e5c4c7f6
 def pretraining_world(recipe: BaseRecipe) -> Path:
     "The root of the pretraining world (built and cached on first use)."
-    from consistency_amp.world.synthetic import SyntheticConfig, default_world
+    from consistency_amp.world.synthetic import default_world, SyntheticConfig
     return default_world(SyntheticConfig(seed=recipe.world_seed, n_images_per_split={"train": recipe.images_per_source}))
 
 def pretraining_examples(recipe: BaseRecipe) -> tuple[list, list]:
