@@ -22,8 +22,8 @@ import nbformat
 import papermill as pm
 import pytest
 
-from consistency_amp.training.runs import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, PARAM_KEYS, REQUIRED_LOG_FIELDS, read_json,
-                                  read_jsonl, read_run)
+from consistency_amp.training.runs import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, PARAM_KEYS, read_json, read_jsonl, read_run,
+                                           REQUIRED_LOG_FIELDS)
 from consistency_amp.training.train import TrainParams
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ t1 = time.time()
 out, recs = evaluate("spatial-base-large", adapter=adapter, data_root=val_world, tasks=BOOLEAN_TASKS, sources=("SUNRGBD",),
                max_examples=n, batch_size=64, max_new_tokens=24, progress=False, return_records=True)
 per = {r["task"]: round(r["accuracy"], 3) for r in out["results"]}
-from consistency_amp.training.runs import jsonable, write_json   # the per-example answers, for visual_belief.py
+from consistency_amp.training.runs import jsonable, write_json
 write_json(__import__("pathlib").Path("scratch/sweep_runs") / name / "eval" / "val.json",
            jsonable(out | dict(run=name, data_root=str(val_world), examples=recs)))
 tr = {}

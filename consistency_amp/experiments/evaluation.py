@@ -16,8 +16,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ..world.prompts import ANSWER_TYPE, LABEL_COLUMNS, load_rgb, make_prompt, make_prompt_pair
-from ..training.runs import (EVAL_DIR, PARAMS_FILE, RUN_NAME_RE, create_run, model_tag, read_json,
-                                  read_run, resolve_path, run_path, utc_now, write_json, write_status)
+from ..training.runs import (create_run, EVAL_DIR, model_tag, PARAMS_FILE, read_json, read_run,
+                                           resolve_path, RUN_NAME_RE, run_path, utc_now, write_json, write_status)
 from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of
 from ..core import DEFAULT_MODEL, PAPER_MODELS, PAPER_SETTINGS, TINY_MODEL, check_choice

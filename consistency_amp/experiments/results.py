@@ -109,7 +109,7 @@ def results_table(runs_dir: str | os.PathLike | None = None) -> pd.DataFrame:
 def write_fixture_run(runs_dir, name: str, params: dict, results: list[dict] | None = None, eval_name: str = "test",
                       state: str = "complete", adapter: bool = True, examples: list | None = None) -> Path:
     "A run folder written by hand (for tests and demonstrations): params, status, a one-line log, adapter, one evaluation."
-    from consistency_amp.training.runs import create_run, write_json, write_status, append_jsonl
+    from consistency_amp.training.runs import append_jsonl, create_run, write_json, write_status
     kind = params.get("kind", "train")
     path = create_run(name, params, runs=runs_dir)
     if kind == "train":

@@ -12,11 +12,9 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -31,8 +29,7 @@ __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADA
            'runs_dir', 'utc_now', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl',
            'truncate_train_log', 'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag',
            'run_name', 'run_path', 'write_status', 'create_run', 'checkpoints', 'checkpoint_step', 'last_checkpoint',
-           'is_step_log', 'train_log_record', 'TrainLogWriter', 'run_callback_class', 'run_callback', 'RunRecord',
-           'read_run', 'list_runs']
+           'is_step_log', 'train_log_record', 'RunRecord', 'read_run', 'list_runs']
 
 # %% ../../nbs/22_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -82,7 +79,7 @@ def read_json(path: str | os.PathLike):
     try: return json.loads(path.read_text())
     except json.JSONDecodeError as e: raise ValueError(f"{path}: not valid JSON ({e})") from None
 
-# %% ../../nbs/22_runs.ipynb #14372e17
+# %% ../../nbs/22_runs.ipynb #3da5a529
 def append_jsonl(path: str | os.PathLike, record: dict) -> None:
     "Append `record` as one JSON line to `path` and flush it to disk."
     line = json.dumps(jsonable(record), allow_nan=False)
@@ -91,6 +88,7 @@ def append_jsonl(path: str | os.PathLike, record: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
 
+# %% ../../nbs/22_runs.ipynb #fb953d3f
 def read_jsonl(path: str | os.PathLike) -> tuple[list[dict], list[str]]:
     "(records, problems) of a JSON-lines file: lines that do not parse to an object are skipped and reported."
     records, problems = [], []
@@ -105,6 +103,7 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[dict], list[str]]:
         else: problems.append(f"{Path(path).name}: line {i} is not a JSON object")
     return records, problems
 
+# %% ../../nbs/22_runs.ipynb #00e084ac
 def truncate_train_log(run_dir: str | os.PathLike, last_step: int) -> int:
     "Keep the lines of `train_log.jsonl` with step <= `last_step` (atomically); the number of lines dropped."
     path = Path(run_dir) / TRAIN_LOG_FILE
@@ -141,7 +140,7 @@ def provenance() -> dict:
     commit, dirty = git_commit()
     return {"versions": package_versions(), "git_commit": commit, "git_dirty": dirty, "created_at": utc_now()}
 
-# %% ../../nbs/22_runs.ipynb #489e0cda
+# %% ../../nbs/22_runs.ipynb #a3d08aa4
 RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]{0,199}")
 
 def check_run_name(name) -> str:
@@ -151,6 +150,7 @@ def check_run_name(name) -> str:
                          "or digit (it names a folder under runs/)")
     return name
 
+# %% ../../nbs/22_runs.ipynb #f06693e1
 def _number(x) -> str: return f"{x:g}".replace("e-0", "e-").replace("e+0", "e")
 
 def _slug(text: str) -> str: return re.sub(r"[^A-Za-z0-9.+=-]+", "-", str(text)).strip("-.") or "model"
@@ -160,6 +160,7 @@ def model_tag(params: dict) -> str:
     if params.get("model_size"): return str(params["model_size"])
     return _slug(Path(str(params.get("model", "model"))).name)
 
+# %% ../../nbs/22_runs.ipynb #9e737e6b
 def run_name(params: dict) -> str:
     "The default name of a training run with `params` (the keys of params.json)."
     missing = [k for k in ("task", "reward", "steps", "num_generations", "pairs_per_device", "learning_rate", "seed")
@@ -177,7 +178,7 @@ def run_name(params: dict) -> str:
     if params.get("data_root", "") is None: parts.append("synthetic")
     return check_run_name("_".join(_slug(p) for p in parts))
 
-# %% ../../nbs/22_runs.ipynb #4249d633
+# %% ../../nbs/22_runs.ipynb #ee6ceeca
 OPERATIONAL_KEYS = ("resume", "overwrite", "report_to", "save_steps", "keep_checkpoints", "stop_after", "runs_dir",
                     "run_name", "name", "gradient_checkpointing", "trainer_args")
 
@@ -185,6 +186,7 @@ def run_path(name: str, runs: str | os.PathLike | None = None) -> Path:
     "The folder of run `name` under `runs_dir(runs)`."
     return runs_dir(runs) / check_run_name(name)
 
+# %% ../../nbs/22_runs.ipynb #3639e20f
 def write_status(run_dir: str | os.PathLike, state: str, step: int | None = None, max_steps: int | None = None,
                  **extra) -> dict:
     "Write status.json of `run_dir` atomically; unspecified step/max_steps/extras keep their previous values."
@@ -200,6 +202,7 @@ def write_status(run_dir: str | os.PathLike, state: str, step: int | None = None
     write_json(path, status)
     return status
 
+# %% ../../nbs/22_runs.ipynb #2fee9e71
 def _experiment(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in OPERATIONAL_KEYS + METADATA_KEYS}
 
@@ -314,80 +317,6 @@ def train_log_record(logs: dict, step: int, step_time_s: float | None = None) ->
     record.update({k: v for k, v in logs.items() if k not in record})
     return jsonable(record)
 
-# %% ../../nbs/22_runs.ipynb #9a485d21
-class TrainLogWriter:
-    "Appends train_log.jsonl lines and keeps status.json of `run_dir` current during training."
-    def __init__(self, run_dir: str | os.PathLike, max_steps: int | None = None):
-        self.run_dir, self.max_steps = Path(run_dir), max_steps
-        self.last_time: float | None = None
-
-    def begin(self, step: int, max_steps: int | None = None, **status) -> None:
-        "Training (re)starts at `step`: drop log lines past it, mark the run running."
-        self.max_steps = max_steps or self.max_steps
-        truncate_train_log(self.run_dir, step)
-        write_status(self.run_dir, "running", step, self.max_steps, **status)
-        self.last_time = time.perf_counter()
-
-    def step_ended(self) -> float | None:
-        "Seconds since the previous step ended (or training began); restarts the clock."
-        now = time.perf_counter()
-        elapsed, self.last_time = (None if self.last_time is None else now - self.last_time), now
-        return elapsed
-
-    def log(self, logs: dict, step: int, step_time_s: float | None = None) -> dict | None:
-        "Append the line of a step's `logs` (the written record), or file the end-of-training summary in status.json."
-        if any(k in logs for k in SUMMARY_KEYS):
-            write_status(self.run_dir, "running", step, summary=jsonable({k: v for k, v in logs.items()}))
-            return None
-        if not is_step_log(logs): return None
-        record = train_log_record(logs, step, step_time_s)
-        append_jsonl(self.run_dir / TRAIN_LOG_FILE, record)
-        write_status(self.run_dir, "running", step, self.max_steps)
-        return record
-
-    def saved(self, step: int, checkpoint: str | os.PathLike) -> None:
-        "A checkpoint of `step` was written."
-        write_status(self.run_dir, "running", step, self.max_steps, last_checkpoint=str(checkpoint))
-
-# %% ../../nbs/22_runs.ipynb #96d3d6ca
-@cache
-def run_callback_class() -> type:
-    "The transformers `TrainerCallback` subclass behind `run_callback` (imports transformers on first call)."
-    from transformers import TrainerCallback
-
-    class RunCallback(TrainerCallback):
-        "Writes train_log.jsonl (one line per optimizer step) and status.json of a run; optionally stops early."
-        def __init__(self, run_dir, max_steps: int | None = None, stop_after: int | None = None):
-            self.writer, self.stop_after = TrainLogWriter(run_dir, max_steps), stop_after
-            self.step_time: float | None = None
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                self.writer.begin(state.global_step, state.max_steps, num_processes=args.world_size)
-            self.writer.last_time = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.step_time = self.writer.step_ended()
-            control.should_log = True                  # one line per optimizer step
-            if self.stop_after is not None and state.global_step >= self.stop_after and state.global_step < state.max_steps:
-                control.should_save = control.should_training_stop = True
-            return control
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if state.is_world_process_zero and logs: self.writer.log(logs, state.global_step, self.step_time)
-
-        def on_save(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                self.writer.saved(state.global_step, Path(args.output_dir) / f"checkpoint-{state.global_step}")
-
-    return RunCallback
-
-def run_callback(run_dir: str | os.PathLike, max_steps: int | None = None, stop_after: int | None = None):
-    "A `TrainerCallback` that logs every optimizer step to `run_dir`/train_log.jsonl, updates status.json, and stops after `stop_after` steps (with a checkpoint) if given."
-    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after < 1):
-        raise ValueError(f"stop_after must be a positive number of steps or None; got {stop_after!r}")
-    return run_callback_class()(run_dir, max_steps, stop_after)
-
 # %% ../../nbs/22_runs.ipynb #e094c04e
 @dataclass
 class RunRecord:
@@ -421,7 +350,7 @@ class RunRecord:
         return (f"RunRecord({self.name!r}, kind={self.kind!r}, state={self.state!r}, steps={self.last_step}, "
                 f"evals={sorted(self.evals)}, complete={self.complete}, missing={self.missing}, problems={self.problems})")
 
-# %% ../../nbs/22_runs.ipynb #69af855b
+# %% ../../nbs/22_runs.ipynb #5c45a3a4
 def _read_json_into(path: Path, record: RunRecord):
     if not path.is_file():
         record.missing.append(str(path.relative_to(record.path))); return None
@@ -478,6 +407,7 @@ def read_run(path: str | os.PathLike) -> RunRecord:
     if not record.evals: record.missing.append(f"{EVAL_DIR}/*.json")
     return record
 
+# %% ../../nbs/22_runs.ipynb #75f70a17
 RUN_FILES = (PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, ADAPTER_DIR, EVAL_DIR)
 
 def list_runs(runs: str | os.PathLike | None = None) -> list[RunRecord]:

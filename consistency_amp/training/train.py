@@ -22,8 +22,9 @@ from pathlib import Path
 from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
                                   TINY_MODEL, check_choice)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
-from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, CHECKPOINTS_DIR, PARAM_KEYS, check_run_name, create_run,
-                   last_checkpoint, resolve_path, run_callback, run_path, write_status)
+from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, CHECKPOINTS_DIR, create_run,
+                                           last_checkpoint, PARAM_KEYS, resolve_path, run_path, write_status)
+from .run_callback import run_callback
 from .runs import run_name as default_run_name
 from ..world.tasks import BOOLEAN_TASKS, TASKS
 
