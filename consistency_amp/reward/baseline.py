@@ -12,7 +12,6 @@ __all__ = ['GUESSER_RELATIONS', 'METHODS', 'SIDES', 'MAX_EXACT_K_UNPARSEABLE', '
 import itertools
 import math
 import numbers
-import tempfile
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path

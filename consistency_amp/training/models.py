@@ -17,8 +17,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 import warnings
 from itertools import product
 from pathlib import Path
@@ -36,7 +34,7 @@ from transformers import (AutoModelForImageTextToText, AutoProcessor, Generation
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 from trl.chat_template_utils import qwen2_5_vl_chat_template
 
-from ..core import DEFAULT_MODEL, PAPER_MODELS, TINY_MODEL   # (re-exported: models.PAPER_MODELS)
+from ..core import DEFAULT_MODEL, TINY_MODEL   # (re-exported: models.PAPER_MODELS
 from ..files import build_once, cache_dir as default_cache_dir
 from ..world.prompts import MARKER_COLORS, MARKER_PHRASES
 from ..world.tasks import RELATION_PHRASES, TEMPLATES, plural

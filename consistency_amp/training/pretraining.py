@@ -17,7 +17,7 @@ import torch
 from ..core import check_choice
 from ..files import build_once, cache_dir as default_cache_dir
 from .models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
-from ..world.prompts import _visible_box, draw_markers, load_rgb, make_prompt, prompt_messages, prompt_text
+from ..world.prompts import _visible_box, draw_markers, load_rgb, prompt_messages, prompt_text
 from ..world.tasks import BOOLEAN_TASKS, RELATION_PHRASES, TEMPLATES, Question, ground_truth
 from ..world.transforms import Transform, apply_transform, sample_transform, transform_question
 

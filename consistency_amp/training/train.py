@@ -13,7 +13,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 from functools import partial

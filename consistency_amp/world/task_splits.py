@@ -9,14 +9,14 @@ import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from ..core import check_choice
-from .geometry import box_area_fraction, box_center, box_coverage, box_iou
+from .geometry import box_area_fraction, box_coverage, box_iou
 from .omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, Object3D, Scene, load_omni3d, omni3d_json_path
 from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question,
                                    ground_truth)

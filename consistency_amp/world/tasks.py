@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from .geometry import center_distance
 from .omni3d import Object3D, Scene

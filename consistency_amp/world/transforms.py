@@ -13,7 +13,7 @@ from PIL import Image
 
 from .geometry import as_array
 from .omni3d import Object3D, Scene
-from .tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question, ground_truth
+from .tasks import NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question, ground_truth
 
 # %% auto #0
 __all__ = ['TRANSFORM_NAMES', 'BEYOND_PAPER_TRANSFORMS', 'MIRROR', 'MIRRORED_CORNER_ORDER', 'CROP_SCALE', 'JITTER_STRENGTH',
