@@ -60,13 +60,14 @@ def rule_text(T: Transform, task: str) -> str:
     count = f"{n} negation{'s' * (n != 1)}" if relation != "numeric" else "all invariant"
     return f"{count}: {RELATION_RULES[relation]}"
 
-# %% ../../nbs/44_data_figures.ipynb #836ee0be
+# %% ../../nbs/44_data_figures.ipynb #54e0bdd6
 def task_examples(data_root=None, tasks=TASKS, sources=("SUNRGBD", "KITTI")) -> dict[tuple[str, str], list[Example]]:
     "(task, source) -> examples (train, then test) of the Omni3D `data_root`, or of the built-in synthetic world for None."
     from consistency_amp.world.synthetic import default_world
     splits = build_task_splits(default_world() if data_root is None else data_root, tasks, sources)
     return {key: sp.train + sp.test for key, sp in splits.items()}
 
+# %% ../../nbs/44_data_figures.ipynb #3a548d29
 def scene_examples(scenes, tasks=TASKS) -> dict[tuple[str, str], list[Example]]:
     "(task, source) -> examples of a list of scenes (e.g. `real_frames.load_real_samples()`), per source."
     out = {}
@@ -74,6 +75,7 @@ def scene_examples(scenes, tasks=TASKS) -> dict[tuple[str, str], list[Example]]:
         for task, ex in build_examples_by_task([s for s in scenes if s.source == src], tasks).items(): out[task, src] = ex
     return out
 
+# %% ../../nbs/44_data_figures.ipynb #c6de1a4c
 PAPER_EXAMPLE_TRANSFORMS = {"depth": {"jitter", "relation_swap"}, "orientation": {"flip", "jitter", "relation_swap"},
                             "size": {"crop", "jitter", "template"}, "relative_distance": {"flip", "jitter", "relation_swap"},
                             "counting": {"crop", "jitter", "template"}, "absolute_distance": {"flip", "jitter", "template"}}
@@ -93,7 +95,7 @@ def sample_pair(example: Example, seed: int = 0, applied=None, min_applied: int 
     rng.bit_generator.state = state
     return make_prompt_pair(example, rng, image=load_rgb(example.scene))
 
-# %% ../../nbs/44_data_figures.ipynb #4cff6bf8
+# %% ../../nbs/44_data_figures.ipynb #9875b2dc
 CONCEPT_TRANSFORM = Transform(flip=True, relation_swap=True, order_swap=True)
 
 def _wrap(text: str, width: int) -> str:
@@ -116,6 +118,7 @@ def concept_pair(example: Example, T: Transform = CONCEPT_TRANSFORM) -> PromptPa
                       ground_truth_augmented=ground_truth(scene_t, question_t), pair_id=f"{example.uid}#concept",
                       source=example.source, split=example.split)
 
+# %% ../../nbs/44_data_figures.ipynb #100779af
 def canonical_question(example: Example) -> Example:
     "`example` asked in the paper's words: template 1, the first relation ('left of'), objects in listed order; answer recomputed."
     from dataclasses import replace
@@ -124,6 +127,7 @@ def canonical_question(example: Example) -> Example:
                 order=tuple(sorted(example.question.order)))
     return replace(example, question=q, answer=ground_truth(example.scene, q))
 
+# %% ../../nbs/44_data_figures.ipynb #6f6b824c
 def concept_figure(example: Example | None = None, T: Transform = CONCEPT_TRANSFORM) -> tuple[Figure, dict]:
     "Figure 1: a prompt (in the paper's words), its augmentation, the transformations and the verifier's rule; returns (figure, data)."
     if example is None: example = task_examples(tasks=("orientation",), sources=("SUNRGBD",))["orientation", "SUNRGBD"][0]
@@ -154,7 +158,7 @@ def concept_figure(example: Example | None = None, T: Transform = CONCEPT_TRANSF
                 ground_truth=pair.ground_truth, ground_truth_augmented=pair.ground_truth_augmented)
     return fig, data
 
-# %% ../../nbs/44_data_figures.ipynb #717273e1
+# %% ../../nbs/44_data_figures.ipynb #11865706
 def _answer(value) -> str: return f"{value:g}" if isinstance(value, float) and not isinstance(value, bool) else str(value)
 
 def prompt_pairs(examples: dict, source: str, tasks=TASKS, seed: int = 0, transforms=PAPER_EXAMPLE_TRANSFORMS) -> dict[str, PromptPair | None]:
@@ -165,6 +169,7 @@ def prompt_pairs(examples: dict, source: str, tasks=TASKS, seed: int = 0, transf
         out[t] = sample_pair(ex[i % len(ex)], seed, (transforms or {}).get(t)) if ex else None
     return out
 
+# %% ../../nbs/44_data_figures.ipynb #7f93c28c
 def prompt_pairs_figure(pairs: dict, title: str, width: float = 10.0) -> tuple[Figure, pd.DataFrame]:
     "Appendix D: one row per task (original | augmented, texts, ground truths, transforms, relation); returns (figure, data)."
     if not pairs: raise ValueError("prompt_pairs_figure: no tasks given")
@@ -198,7 +203,7 @@ def prompt_pairs_figure(pairs: dict, title: str, width: float = 10.0) -> tuple[F
     order = {t: i for i, t in enumerate(pairs)}
     return fig, pd.DataFrame(records).sort_values("task", key=lambda s: s.map(order)).reset_index(drop=True)
 
-# %% ../../nbs/44_data_figures.ipynb #5044ea8d
+# %% ../../nbs/44_data_figures.ipynb #35ba0c1a
 def table_1(stats: pd.DataFrame, numbers=None) -> pd.DataFrame:
     "One row per (task, source): n, train, test, images, true rate / mean answer, and the paper's n (NaN if not stated)."
     numbers = paper_numbers() if numbers is None else numbers
@@ -206,6 +211,7 @@ def table_1(stats: pd.DataFrame, numbers=None) -> pd.DataFrame:
     flat["paper_n"] = [numbers.value.get(f"table1_{t}_{s}", math.nan) for t, s in zip(flat.task, flat.source)]
     return flat[["task", "source", "n", "train", "test", "images", "true_rate", "mean_answer", "paper_n"]]
 
+# %% ../../nbs/44_data_figures.ipynb #f4e1690b
 def table_1_markdown(table: pd.DataFrame, data_label: str) -> str:
     "Table 1 as markdown: per task, examples (train/test) in KITTI and SUN RGB-D, with the paper's counts."
     rows = []
@@ -218,6 +224,7 @@ def table_1_markdown(table: pd.DataFrame, data_label: str) -> str:
     return (f"## Table 1: examples per task and domain\n\nData: {data_label}. Cells: examples (train/test). "
             "The paper's counts are from its Omni3D data.\n\n" + markdown_table(pd.DataFrame(rows)))
 
+# %% ../../nbs/44_data_figures.ipynb #b185bf40
 def table_1_data(table: pd.DataFrame) -> pd.DataFrame:
     "Table 1's counts as figure data (panel 'table1', group task, series source) with the paper keys of the boolean tasks."
     from consistency_amp.experiments.figure_data import Cell, figure_data
@@ -225,6 +232,7 @@ def table_1_data(table: pd.DataFrame) -> pd.DataFrame:
              *([f"table1_{r.task}_{r.source}"] if not math.isnan(r.paper_n) else [])) for r in table.itertuples()]
     return figure_data(rows)
 
+# %% ../../nbs/44_data_figures.ipynb #898bb5cd
 def write_table_1(out_dir, data_root=None, stem: str = "table1_dataset_statistics") -> tuple[dict, pd.DataFrame]:
     "Compute Table 1 from `data_root` (None: the synthetic world) and write <stem>.csv and .md; returns (paths, table)."
     from consistency_amp.world.synthetic import default_world
@@ -236,13 +244,14 @@ def write_table_1(out_dir, data_root=None, stem: str = "table1_dataset_statistic
              "md": write_atomically(out_dir / f"{stem}.md", lambda t: Path(t).write_text(md))}
     return paths, table
 
-# %% ../../nbs/44_data_figures.ipynb #a69cdaae
+# %% ../../nbs/44_data_figures.ipynb #ff038ce2
 def chosen_eval(results: pd.DataFrame, run: str, task: str, source: str) -> str | None:
     "The evaluation of `run` that `select` reads for (task, source): the complete one with the most examples."
     rows = results[(results.run == run) & (results.eval_task == task) & (results.eval_source == source) & (results.complete == True)]
     if rows.empty: return None
     return str(rows.sort_values(["n", "eval_name"], ascending=[False, True]).eval_name.iloc[0])
 
+# %% ../../nbs/44_data_figures.ipynb #97278b72
 def example_records(runs_dir, run: str, eval_name: str, task: str, source: str) -> tuple[dict[str, dict], str | None, str | None]:
     "uid -> per-example record of (task, source) in runs/<run>/eval/<eval_name>.json, a note saying what is missing, the eval's data root."
     ev = read_run(Path(runs_dir) / run).evals.get(eval_name)
@@ -254,16 +263,19 @@ def example_records(runs_dir, run: str, eval_name: str, task: str, source: str) 
              and e.get("task") == task and e.get("source") == source and isinstance(e.get("completion"), str)}
     return found, None if found else f"{where}: no {task}/{source} records with a completion", ev.get("data_root")
 
+# %% ../../nbs/44_data_figures.ipynb #365ed4d2
 def correctness(record: dict):
     "A record's score: its `correct` (contract), else its `accuracy` (what `evaluation` stores), else None."
     c = record.get("correct", record.get("accuracy"))
     return c if isinstance(c, (bool, int, float)) else None
 
+# %% ../../nbs/44_data_figures.ipynb #66e535eb
 def is_correct(record: dict) -> bool:
     "A record's correctness: its bool, or a numeric score of at least 0.5."
     c = correctness(record)
     return c if isinstance(c, bool) else isinstance(c, (int, float)) and c >= 0.5
 
+# %% ../../nbs/44_data_figures.ipynb #ccf9e593
 def rebuild_prompt(uid: str, data_root=None) -> tuple[str, Image.Image] | None:
     "The prompt text and marked image of the original prompt x of example `uid` in `data_root` (None: synthetic world), or None."
     try: source, _, task, _ = uid.split("/", 3)
@@ -276,6 +288,7 @@ def rebuild_prompt(uid: str, data_root=None) -> tuple[str, Image.Image] | None:
     prompt = make_prompt(e.scene, load_rgb(e.scene), e.question, inplace=True)
     return prompt.text, prompt.image
 
+# %% ../../nbs/44_data_figures.ipynb #84a15118
 def qualitative_data(results, runs_dir, task: str = "depth", source: str = "SUNRGBD", size: str = "7B",
                      scale: str | None = None, reward: str = "consistency") -> dict:
     "The Appendix C example: the common test question of the base and the trained run, with both records (or notes)."
@@ -316,6 +329,7 @@ def qualitative_data(results, runs_dir, task: str = "depth", source: str = "SUNR
                     if out["image_file"] is None: out["image"] = rebuilt[1]
     return out
 
+# %% ../../nbs/44_data_figures.ipynb #a86546d4
 def resolve_image(runs_dir, run: str, image_file) -> Path | None:
     "An example's image: an absolute path, else relative to the run's folder, its eval/ folder or the runs folder; None if absent."
     if not isinstance(image_file, str) or not image_file: return None

@@ -178,7 +178,7 @@ class GreedyDecoder:
             if training: self.model.train()
         return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
 
-# %% ../../nbs/30_evaluation.ipynb #a3e8a13d
+# %% ../../nbs/30_evaluation.ipynb #2611b7e5
 def _batches(items: Iterable, size: int) -> Iterator[list]:
     it = iter(items)
     while batch := list(islice(it, size)): yield batch
@@ -210,6 +210,7 @@ def answer_examples(examples: Sequence[Example], completer, *, consistency_sampl
         for d in record["draws"]: d["consistency"] = consistency(record["answer"], d["answer"], d["relation"])
     return records
 
+# %% ../../nbs/30_evaluation.ipynb #d10d70c6
 def _mean(values) -> float | None:
     values = [float(v) for v in values]
     return float(np.mean(values)) if values else None
@@ -225,7 +226,7 @@ def summarize(records: Sequence[dict], task: str, source: str) -> dict:
                 self_consistency=_mean(d["consistency"] for r in records for d in r["draws"]),
                 consistency_pairs=sum(len(r["draws"]) for r in records))
 
-# %% ../../nbs/30_evaluation.ipynb #15199a52
+# %% ../../nbs/30_evaluation.ipynb #07fe6b51
 def check_eval_params(tasks=TASKS, sources=EVAL_SOURCES, max_examples=None, batch_size=DEFAULT_BATCH_SIZE,
                       consistency_samples=1, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, seed=0) -> dict:
     "The evaluation parameters, checked and normalised (task groups resolved, tuples)."
@@ -236,6 +237,7 @@ def check_eval_params(tasks=TASKS, sources=EVAL_SOURCES, max_examples=None, batc
                 max_examples=max_examples, batch_size=int(batch_size), consistency_samples=int(consistency_samples),
                 max_new_tokens=int(max_new_tokens), seed=int(seed))
 
+# %% ../../nbs/30_evaluation.ipynb #ae5c7c04
 def _model_name(model) -> str:
     if isinstance(model, (str, os.PathLike)): return os.fspath(model)
     return str(getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__)
@@ -332,17 +334,19 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     if record.kind != "train": write_status(record.path, "complete", 0)
     return path
 
-# %% ../../nbs/30_evaluation.ipynb #69a94204
+# %% ../../nbs/30_evaluation.ipynb #ca9ff708
 def model_kind(model, adapter=None) -> str:
     "'base' for a paper base model (or the tiny stand-in) without adapter, 'external' for anything else."
     return "base" if os.fspath(model) in base_model_sizes() and adapter is None else "external"
 
+# %% ../../nbs/30_evaluation.ipynb #a56bb414
 def model_run_name(model, adapter=None, kind: str | None = None) -> str:
     "The evaluation-only run of a model: 'base-7B', 'base-tiny', 'external-<checkpoint>[-<adapter folder>]'."
     tag = model_tag({"model": os.fspath(model), "model_size": base_model_sizes().get(os.fspath(model))})  # size for base models only
     if adapter is not None: tag += "-" + model_tag({"model": os.fspath(Path(adapter).resolve())})
     return f"{kind or model_kind(model, adapter)}-{tag}"
 
+# %% ../../nbs/30_evaluation.ipynb #22bad3b9
 def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter=None, run_name: str | None = None,
                    kind: str | None = None, runs_dir=None, overwrite: bool = False, data_root=None, tasks=TASKS,
                    sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,

@@ -96,7 +96,7 @@ def world_config(config: ExperimentConfig, val: bool = False, source: str = SOUR
     return SyntheticConfig(seed=config.val_world_seed if val else config.world_seed, sources=(source,),
                            n_images_per_split={"train": n - 2 * (n // 6), "val": n // 6, "test": n // 6})
 
-# %% ../../nbs/46_experiment.ipynb #98837e15
+# %% ../../nbs/46_experiment.ipynb #bd4b7c22
 CONDITION_OVERRIDES = {
     "accuracy": dict(reward="accuracy"),
     "consistency": dict(reward="consistency", pairing="minimal"),
@@ -126,6 +126,7 @@ def run_name_of(condition: str, seed: int) -> str:
     "The run folder's name: the condition for a model evaluated as it is (once: greedy decoding has no seed), else '<condition>-seed<seed>'."
     return condition if condition in EVALUATED_ONLY else f"{condition}-seed{seed}"
 
+# %% ../../nbs/46_experiment.ipynb #5e7e3b96
 def train_params(config: ExperimentConfig, condition: str, seed: int, data_root, runs_dir):
     "The `TrainParams` of one trained condition and seed: joint training on the four boolean tasks, or one task."
     from consistency_amp.training.train import TrainParams
@@ -275,7 +276,7 @@ def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
     fig.tight_layout()
     return fig
 
-# %% ../../nbs/46_experiment.ipynb #9afe84c0
+# %% ../../nbs/46_experiment.ipynb #db66ea42
 def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency_marker_swap", "blind"), runs_dir=None) -> dict[str, list[dict]]:
     "The train_log.jsonl records of the finished runs of `conditions`, by run name."
     from consistency_amp.training.runs import read_run
@@ -283,6 +284,7 @@ def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency
     return {name: read_run(folder / name).train_log for c in conditions if c in config.conditions for s in config.seeds
             if (folder / (name := run_name_of(c, s))).is_dir()}
 
+# %% ../../nbs/46_experiment.ipynb #34ac8fc7
 def save_figure(fig, out: Path, name: str) -> list[Path]:
     "Write `fig` as out/name.png and out/name.pdf with the figures' writer (`plotting.save_figure`: atomic, reproducible PDF), close it; the two paths."
     import matplotlib.pyplot as plt
@@ -290,6 +292,7 @@ def save_figure(fig, out: Path, name: str) -> list[Path]:
     plt.close(fig)
     return [paths["png"], paths["pdf"]]
 
+# %% ../../nbs/46_experiment.ipynb #e2b42dd2
 def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
     "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4 where run, to `out_dir`; the paths."
     from consistency_amp.experiments.science import plot_answer_monitor, science_markdown, science_table, write_science
@@ -359,7 +362,7 @@ def plot_claim_constancy(rows: list[dict], title: str = "Do the trained models s
     fig.tight_layout()
     return fig
 
-# %% ../../nbs/46_experiment.ipynb #447015de
+# %% ../../nbs/46_experiment.ipynb #96917829
 def argument_parser() -> argparse.ArgumentParser:
     "One option per `ExperimentConfig` field (with its help), plus --full, --workers, --runs-dir and --out-dir."
     parser = argparse.ArgumentParser(prog="python -m consistency_amp.experiments.experiment", description=__doc__ or "",
@@ -377,6 +380,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     return parser
 
+# %% ../../nbs/46_experiment.ipynb #82b5e4b9
 def main(argv: list[str] | None = None) -> list[Path]:
     args = argument_parser().parse_args(argv)
     if args.config_json: config = ExperimentConfig(**json.loads(args.config_json))

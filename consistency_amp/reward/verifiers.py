@@ -161,7 +161,7 @@ def consistency(y, y_prime, relation: str) -> float:
     if y is None or y_prime is None: return 0.0
     return float(y_prime == (y if relation == "same" else not y))
 
-# %% ../../nbs/00_verifiers.ipynb #e12e1181
+# %% ../../nbs/00_verifiers.ipynb #5087b5da
 def _column(values, name: str, n: int | None = None) -> Sequence:
     "`values` as a per-completion list; `n` (if given) is the number of completions it must match."
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
@@ -185,6 +185,7 @@ def format_reward_func(completions, answer_type, **kwargs) -> list[float]:
     completions = _column(completions, "completions")
     return _per_row(format_reward, completions, _column(answer_type, "answer_type", len(completions)))
 
+# %% ../../nbs/00_verifiers.ipynb #4ae3fc2a
 def accuracy_reward_func(completions, ground_truth, answer_type, **kwargs) -> list[float]:
     "TRL reward function: `accuracy` of each completion's parsed answer against its row's `ground_truth`."
     completions = _column(completions, "completions")

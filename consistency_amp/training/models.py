@@ -142,7 +142,7 @@ class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
 
 AutoProcessor.register("consistency_amp/qwen2_5_vl_image_only", Qwen2_5_VLImageOnlyProcessor, exist_ok=True)
 
-# %% ../../nbs/20_models.ipynb #f6fe4f00
+# %% ../../nbs/20_models.ipynb #0f610143
 TINY_VERSION = 2  # bump when the builder changes: it is part of the cache key (2: full attention in every vision block)
 TINY_TEXT_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, max_position_embeddings=32768, rms_norm_eps=1e-6,
@@ -165,6 +165,7 @@ def tiny_qwen2_5_vl_config(tokenizer) -> Qwen2_5_VLConfig:
                             image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
                             vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
 
+# %% ../../nbs/20_models.ipynb #c69cf0f0
 def tiny_qwen2_5_vl_processor(tokenizer=None) -> Qwen2_5_VLImageOnlyProcessor:
     "Image-only Qwen2.5-VL processor of the tiny model: PIL image processor, tiny tokenizer, real chat template."
     vision = TINY_VISION_CONFIG
@@ -174,7 +175,7 @@ def tiny_qwen2_5_vl_processor(tokenizer=None) -> Qwen2_5_VLImageOnlyProcessor:
     tokenizer = train_tiny_tokenizer() if tokenizer is None else tokenizer
     return Qwen2_5_VLImageOnlyProcessor(image_processor, tokenizer, chat_template=qwen2_5_vl_chat_template)
 
-# %% ../../nbs/20_models.ipynb #054c8606
+# %% ../../nbs/20_models.ipynb #d3f0275e
 def build_tiny_qwen2_5_vl(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     "Build the tiny Qwen2.5-VL (seeded random weights, offline tokenizer and processor) and save it to `out_dir`."
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -195,6 +196,7 @@ def build_tiny_qwen2_5_vl(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     processor.save_pretrained(out_dir)
     return out_dir
 
+# %% ../../nbs/20_models.ipynb #ed474e1b
 def tiny_model_key(seed: int = 0) -> str:
     "Hash of everything the tiny model depends on: its cache directory's name."
     recipe = dict(version=TINY_VERSION, text=TINY_TEXT_CONFIG, vision=TINY_VISION_CONFIG, pixels=TINY_IMAGE_PIXELS,
@@ -203,12 +205,13 @@ def tiny_model_key(seed: int = 0) -> str:
                   tokenizers=tokenizers.__version__)
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
+# %% ../../nbs/20_models.ipynb #e73d04fd
 def tiny_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -> Path:
     "Directory of the tiny Qwen2.5-VL, built on first use and reused while its recipe is unchanged."
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return build_once(root / f"{TINY_MODEL}-{tiny_model_key(seed)}", lambda staging: build_tiny_qwen2_5_vl(staging, seed=seed))
 
-# %% ../../nbs/20_models.ipynb #30c75141
+# %% ../../nbs/20_models.ipynb #0afba045
 SPATIAL_BASE_PREFIX = "spatial-base-"   # names of `pretraining.SPATIAL_BASES`
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
 
@@ -228,12 +231,14 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
         raise ValueError(f"{str(name_or_path)!r} is not a model directory: it has no config.json")
     return str(path)
 
+# %% ../../nbs/20_models.ipynb #9eae751a
 def resolve_device(device=None) -> torch.device:
     "`device`, or this process's GPU if there is one (`LOCAL_RANK` under a distributed launcher), else the CPU."
     if device is not None: return torch.device(device)
     if torch.cuda.is_available(): return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device("cpu")
 
+# %% ../../nbs/20_models.ipynb #ded60bc3
 def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     "`'auto'`: bfloat16 on a GPU, float32 elsewhere; else a `torch.dtype` or its name."
     if dtype == "auto": return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -241,7 +246,7 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype): return dtype
     raise ValueError(f"`dtype` must be 'auto', a torch.dtype or its name (e.g. 'bfloat16'), got {dtype!r}")
 
-# %% ../../nbs/20_models.ipynb #9a7a3277
+# %% ../../nbs/20_models.ipynb #9f697c14
 def vision_tower_names(model) -> list[str]:
     "Names of the outermost modules of `model` that are a vision encoder (`model.visual` in Qwen2.5-VL)."
     found = []
@@ -250,6 +255,7 @@ def vision_tower_names(model) -> list[str]:
             found.append(name)
     return found
 
+# %% ../../nbs/20_models.ipynb #3cb30e4a
 def _in_any(name: str, prefixes) -> bool: return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 def freeze_vision_tower(model) -> int:
@@ -264,10 +270,12 @@ def freeze_vision_tower(model) -> int:
             frozen += param.numel()
     return frozen
 
+# %% ../../nbs/20_models.ipynb #17693a10
 def lora_module_names(model) -> list[str]:
     "Names of the modules of `model` that carry LoRA adapters."
     return [name for name, module in model.named_modules() if isinstance(module, LoraLayer)]
 
+# %% ../../nbs/20_models.ipynb #dc999afa
 def check_lora_placement(model) -> None:
     "Raise unless LoRA sits on at least one module and on none inside the vision tower."
     lora, towers = lora_module_names(model), vision_tower_names(model)
@@ -276,6 +284,7 @@ def check_lora_placement(model) -> None:
     if bad := [name for name in lora if _in_any(name, towers)]:
         raise ValueError(f"LoRA would train the frozen vision tower: {bad[:3]}{'...' if len(bad) > 3 else ''}")
 
+# %% ../../nbs/20_models.ipynb #773966a1
 def count_parameters(model) -> dict[str, int]:
     "Parameter counts: total, trainable, vision tower, trainable in the vision tower, trainable LoRA."
     towers = vision_tower_names(model)
@@ -290,7 +299,7 @@ def count_parameters(model) -> dict[str, int]:
             counts["lora_trainable"] += n * ("lora_" in name)
     return counts
 
-# %% ../../nbs/20_models.ipynb #c4b52b84
+# %% ../../nbs/20_models.ipynb #d03db521
 def load_processor(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, trust_remote_code: bool = False,
                    padding_side: str = "left", **kwargs) -> ProcessorMixin:
     "The multimodal processor of a model (Hub id, directory or `TINY_MODEL`), padding on the left for generation."
@@ -302,12 +311,14 @@ def load_processor(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, trust_rem
     processor.tokenizer.padding_side = padding_side
     return processor
 
+# %% ../../nbs/20_models.ipynb #a065c7b7
 def load_adapter(model, adapter_dir: str | os.PathLike, *, is_trainable: bool = False) -> PeftModel:
     "Wrap `model` with the LoRA adapter saved in `adapter_dir` (by `save_adapter`)."
     if not (Path(adapter_dir) / "adapter_config.json").is_file():
         raise ValueError(f"adapter directory {str(adapter_dir)!r} has no adapter_config.json")
     return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
 
+# %% ../../nbs/20_models.ipynb #f505277f
 def save_adapter(model, out_dir: str | os.PathLike) -> Path:
     "Save the LoRA weights of `model` as `adapter_model.safetensors` + `adapter_config.json` in `out_dir`."
     if not isinstance(model, PeftModel):
@@ -315,6 +326,7 @@ def save_adapter(model, out_dir: str | os.PathLike) -> Path:
     model.save_pretrained(str(out_dir), safe_serialization=True)
     return Path(out_dir)
 
+# %% ../../nbs/20_models.ipynb #ac72a9d2
 def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, lora: bool = True, lora_r: int = LORA_R,
                lora_alpha: float = LORA_ALPHA, lora_dropout: float = LORA_DROPOUT,
                target_modules: str | list[str] = LANGUAGE_LORA_TARGETS, adapter: str | os.PathLike | None = None,

@@ -142,19 +142,21 @@ def cue_values(scene, question: Question) -> tuple[float, float]:
             return math.dist(centre(a), c), math.dist(centre(b), c)
     raise ValueError(f"cue_values: {question.task} is not a boolean task; expected one of {BOOLEAN_TASKS}")
 
-# %% ../../nbs/24_pretraining.ipynb #20964033
+# %% ../../nbs/24_pretraining.ipynb #50607c74
 def cue_edges(examples) -> dict[str, list[float]]:
     "Per task, the 9 decile edges of the cues of `examples` (digits 0-9)."
     by_task = {}
     for e in examples: by_task.setdefault(e.task, []).extend(cue_values(e.scene, e.question))
     return {t: np.quantile(v, np.linspace(0.1, 0.9, 9)).tolist() for t, v in by_task.items()}
 
+# %% ../../nbs/24_pretraining.ipynb #650b8f03
 def think_text(scene, question: Question, edges: dict) -> str:
     "The think of a pretraining target: '<cue name> <digit of IDX0> vs <digit of IDX1>'."
     v0, v1 = cue_values(scene, question)
     e = edges[question.task]
     return f"{CUE_NAMES[question.task]} {int(np.searchsorted(e, v0))} vs {int(np.searchsorted(e, v1))}"
 
+# %% ../../nbs/24_pretraining.ipynb #dae242fc
 FACT_WORDS = {"orientation": "left", "depth": "closer", "size": "bigger", "relative_distance": "closer"}
 
 def fact_text(scene, question: Question) -> str:
@@ -163,12 +165,14 @@ def fact_text(scene, question: Question) -> str:
     canonical = replace(question, relation=0, order=(first, second))
     return f"object {first if ground_truth(scene, canonical) else second} {FACT_WORDS[question.task]}"
 
+# %% ../../nbs/24_pretraining.ipynb #421f76ad
 def claim_text(scene, question: Question) -> str:
     "Who is closer / left / bigger (perceived), then whom the question claims is: 'closer 2; closer 1'. Answer: equal digits."
     word, winner = FACT_WORDS[question.task], fact_text(scene, question).split()[1]
     claimed = question.order[0] if question.relation == 0 else question.order[1]
     return f"{word} {winner}; {word} {claimed}"
 
+# %% ../../nbs/24_pretraining.ipynb #77962c02
 def match_text(scene, question: Question) -> str:
     "Who is seen to win, the question's subject and relation, whom it claims wins and whether that is the one seen."
     word, winner = FACT_WORDS[question.task], fact_text(scene, question).split()[1]
@@ -176,6 +180,7 @@ def match_text(scene, question: Question) -> str:
     claimed = question.order[0] if question.relation == 0 else question.order[1]
     return f" {word} {winner}; {question.order[0]} {relation}; {word} {claimed}{str(claimed) == winner}"
 
+# %% ../../nbs/24_pretraining.ipynb #be262d60
 def target_completion(scene, question: Question, edges: dict, think: str = "cues") -> str:
     "The supervised completion: the think (claim, canonical fact, cue digits or empty) and the ground truth (Section 4.4)."
     check_choice("think", think, THINKS)
@@ -253,7 +258,7 @@ def image_variants(example, processor, rng: np.random.Generator, variants: int =
                     perception_targets(scene, question, px["image_grid_thw"])))
     return out
 
-# %% ../../nbs/24_pretraining.ipynb #90d9a3f6
+# %% ../../nbs/24_pretraining.ipynb #9c4e8deb
 def _supervised(tokenizer, prompts: list[str], completions: list[str]) -> dict:
     "Right-padded ids of prompt + completion, with labels -100 on the prompt and the padding."
     texts = [p + c + "<|im_end|>" for p, c in zip(prompts, completions)]
@@ -271,6 +276,7 @@ def fact_question(rng: np.random.Generator, question: Question, facts: str = "se
     if facts == "seen" or rng.random() < 0.5: return question   # 'seen' draws nothing: the shipped builds are unchanged
     return transform_question(question, Transform(marker_swap=True))   # the same words; the other object wins
 
+# %% ../../nbs/24_pretraining.ipynb #a866dc53
 def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen") -> dict:
     "Model inputs and labels (-100 on the prompt and padding) of `items` with freshly drawn wordings."
     prompts, completions = [], []
@@ -283,6 +289,7 @@ def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, t
     return _supervised(processor.tokenizer, prompts, completions) | dict(
         pixel_values=torch.cat([it[2] for it in items]), image_grid_thw=torch.cat([it[3] for it in items]))
 
+# %% ../../nbs/24_pretraining.ipynb #cd019fad
 def logic_batch(items, tokenizer, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen") -> dict:
     "Text-only inputs of `items`: the user's question alone (no image, no system prompt), then the target."
     prompts, completions = [], []

@@ -272,7 +272,7 @@ def cpu_threads(environ=os.environ) -> int | None:
     torch.set_num_threads(threads)
     return threads
 
-# %% ../../nbs/23_train_entry.ipynb #08c46e39
+# %% ../../nbs/23_train_entry.ipynb #513496a5
 def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, examples: list | None = None):
     "Train the run of `params` in `run_dir` (created by the main process when None); returns (run_dir, trainer)."
     from transformers import set_seed
@@ -309,13 +309,14 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         raise
     return run_dir, trainer
 
+# %% ../../nbs/23_train_entry.ipynb #b3602055
 def run_training(params: TrainParams | dict | None = None, **overrides) -> Path:
     "Validate `params`, create the run folder, train, save the adapter; the run folder. Same code for every launcher."
     params = as_params(params, **overrides)
     run_dir = start_run(params) if world_size() == 1 else None
     return train_run(params, run_dir)[0]
 
-# %% ../../nbs/23_train_entry.ipynb #3bb733f7
+# %% ../../nbs/23_train_entry.ipynb #a800b6bf
 def argument_parser() -> argparse.ArgumentParser:
     "The command-line parser of `python -m consistency_amp.training.train` (one option per `TrainParams` field)."
     parser = argparse.ArgumentParser(prog="python -m consistency_amp.training.train",
@@ -334,10 +335,12 @@ def argument_parser() -> argparse.ArgumentParser:
                                 help=f"{f.name} (type {f.type})")
     return parser
 
+# %% ../../nbs/23_train_entry.ipynb #1a57b726
 def parse_args(argv: list[str] | None = None) -> TrainParams:
     "TrainParams from command-line arguments (strings converted and checked by TrainParams)."
     return as_params(vars(argument_parser().parse_args(argv)))
 
+# %% ../../nbs/23_train_entry.ipynb #ba13882d
 def main(argv: list[str] | None = None) -> Path:
     "Entry point of `python -m consistency_amp.training.train`: parse, `start_run`, `train_run` (as `run_training`), print the run folder."
     try:                                          # bad parameters and existing runs: a message, not a traceback

@@ -107,33 +107,38 @@ def truncation_fraction(proj_box, width: float, height: float) -> float:
     trunc = truncate_box(proj_box, width, height)
     return 1.0 if trunc is None or area <= 0 else float(1 - box_area(trunc) / area)
 
-# %% ../../nbs/10_geometry.ipynb #dff2d8b6
+# %% ../../nbs/10_geometry.ipynb #98686356
 def box_area(box) -> np.ndarray | float:
     "Area of [x1, y1, x2, y2] box(es); 0 for inverted boxes. Broadcasts over leading axes."
     b = np.asarray(box, dtype=np.float64)
     return np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
 
+# %% ../../nbs/10_geometry.ipynb #8b3e17aa
 def box_intersection(a, b) -> np.ndarray | float:
     "Area of the intersection of boxes `a` and `b` (broadcasting)."
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     lo, hi = np.maximum(a[..., :2], b[..., :2]), np.minimum(a[..., 2:], b[..., 2:])
     return np.prod(np.clip(hi - lo, 0, None), axis=-1)
 
+# %% ../../nbs/10_geometry.ipynb #0f03911e
 def box_iou(a, b) -> np.ndarray | float:
     "Intersection over union of boxes `a` and `b` (0 when both are empty)."
     inter = box_intersection(a, b)
     union = box_area(a) + box_area(b) - inter
     return np.divide(inter, union, out=np.zeros_like(inter, dtype=np.float64), where=union > 0)
 
+# %% ../../nbs/10_geometry.ipynb #4afdeb27
 def box_coverage(a, b) -> np.ndarray | float:
     "Fraction of box `a`'s area that lies inside box `b` (0 when `a` is empty)."
     inter, area = box_intersection(a, b), box_area(a)
     return np.divide(inter, area, out=np.zeros_like(inter, dtype=np.float64), where=area > 0)
 
+# %% ../../nbs/10_geometry.ipynb #22abefc0
 def box_area_fraction(box, width: float, height: float) -> np.ndarray | float:
     "Area of `box` as a fraction of the `width` x `height` image."
     return box_area(box) / (float(width) * float(height))
 
+# %% ../../nbs/10_geometry.ipynb #d82cc2a6
 def box_center(box) -> np.ndarray:
     "Centre (cx, cy) of [x1, y1, x2, y2] box(es)."
     b = np.asarray(box, dtype=np.float64)

@@ -232,7 +232,7 @@ def _parse_annotation(rec, categories: dict[int, str]) -> Object3D:
                     segmentation_pts=_optional_number(rec, "segmentation_pts", kind=int),
                     lidar_pts=_optional_number(rec, "lidar_pts", kind=int))
 
-# %% ../../nbs/11_omni3d.ipynb #a4b6aef9
+# %% ../../nbs/11_omni3d.ipynb #ec1cb665
 @dataclass
 class Skipped:
     "One record left out by the loader."
@@ -241,6 +241,7 @@ class Skipped:
     field: str         # the offending field
     reason: str
 
+# %% ../../nbs/11_omni3d.ipynb #389b3231
 @dataclass
 class LoadReport:
     "What `load_omni3d` read from `json_path`, and what it left out and why."
@@ -260,6 +261,7 @@ class LoadReport:
                 f"skipped {len(self.skipped)} record(s)" + (": " + ", ".join(parts) if parts else "")
                 + (f"; dropped {self.n_invalid3d} valid3D=false annotation(s)" if self.n_invalid3d else ""))
 
+# %% ../../nbs/11_omni3d.ipynb #8ec3ab16
 class Scenes(list):
     "The `Scene`s of one Omni3D file (a list), with the file's `info`, `categories` ({id: name}) and `report`."
     def __init__(self, scenes=(), info=None, categories=None, report=None):

@@ -21,7 +21,7 @@ __all__ = ['MARKER_COLORS', 'MARKER_RGB', 'DOT_RADIUS', 'BOX_WIDTH', 'MARKER_PHR
            'make_prompt', 'PromptPair', 'load_rgb', 'use_pillow_block_cache', 'make_prompt_pair', 'pair_rows',
            'blind_prompt_pair']
 
-# %% ../../nbs/16_prompts.ipynb #00254609
+# %% ../../nbs/16_prompts.ipynb #fe67259a
 MARKER_COLORS = ("red", "blue", "green")                                      # objects 1, 2, 3
 MARKER_RGB = {"red": (255, 0, 0), "blue": (0, 0, 255), "green": (0, 255, 0)}
 DOT_RADIUS = 0.015        # fraction of the image's shorter side
@@ -32,6 +32,7 @@ def marker_sizes(width: int, height: int) -> tuple[int, int]:
     short = min(width, height)
     return max(3, round(DOT_RADIUS * short)), max(2, round(BOX_WIDTH * short))
 
+# %% ../../nbs/16_prompts.ipynb #ae4b193d
 def _visible_box(scene: Scene, object_id: int) -> np.ndarray:
     o = scene.object(object_id)
     box = o.bbox2D
@@ -96,7 +97,7 @@ def make_prompt(scene: Scene, image: Image.Image, question: Question, system_pro
     return Prompt(prompt_messages(prompt_text(scene, question), system_prompt),
                   draw_markers(image, scene, question, inplace), question, scene)
 
-# %% ../../nbs/16_prompts.ipynb #15da7f87
+# %% ../../nbs/16_prompts.ipynb #bc544cb6
 ANSWER_TYPE = {True: "boolean", False: "numeric"}
 LABEL_COLUMNS = ("ground_truth",)   # the only row columns that carry an answer
 
@@ -137,6 +138,7 @@ class PromptPair:
         "The rows the consistency reward trains on: no ground truth in them."
         return self.to_rows(include_labels=False)
 
+# %% ../../nbs/16_prompts.ipynb #5dbaf401
 def load_rgb(scene: Scene) -> Image.Image:
     "The scene's image as RGB: `Scene.load_image` without its extra copy when the file is already RGB (2x faster on JPEG)."
     if scene.image_path is None: raise ValueError(f"scene image_id={scene.image_id}: no image_path")
@@ -144,6 +146,7 @@ def load_rgb(scene: Scene) -> Image.Image:
         im.load()
         return im if im.mode == "RGB" else im.convert("RGB")
 
+# %% ../../nbs/16_prompts.ipynb #86fd1cb0
 def use_pillow_block_cache(blocks: int = 16) -> int:
     "Let Pillow reuse up to `blocks` freed image buffers (process-wide; its default keeps none). Returns the previous value."
     if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 0:
@@ -152,6 +155,7 @@ def use_pillow_block_cache(blocks: int = 16) -> int:
     Image.core.set_blocks_max(blocks)
     return previous
 
+# %% ../../nbs/16_prompts.ipynb #d0aede2f
 def make_prompt_pair(example: Example, rng, image: Image.Image | None = None, p: float = 0.5,
                      system_prompt: str = SYSTEM_PROMPT, **sample_kwargs) -> PromptPair:
     "Load the image (unless given; a given one is not modified), sample and apply T, mark both images and format both prompts."
@@ -168,6 +172,7 @@ def make_prompt_pair(example: Example, rng, image: Image.Image | None = None, p:
                       ground_truth_augmented=ground_truth(scene_t, question_t),
                       pair_id=f"{example.uid}#{int(rng.integers(2 ** 32)):08x}", source=example.source, split=example.split)
 
+# %% ../../nbs/16_prompts.ipynb #b4e21fe4
 def pair_rows(pairs, include_labels: bool = False) -> list[dict]:
     "Rows of many pairs, x before x' within each pair (pair ids must be distinct)."
     ids = [pair.pair_id for pair in pairs]

@@ -38,7 +38,7 @@ def real_samples_root(root=None) -> Path | None:
     path = None if repo is None else (repo / REAL_SAMPLES_RELATIVE).resolve()
     return path if path is not None and path.is_dir() else None
 
-# %% ../../nbs/12_real_frames.ipynb #2f9f2e65
+# %% ../../nbs/12_real_frames.ipynb #ed7a060e
 KITTI_OCCLUSION_VISIBILITY = {0: 1.0, 1: 0.5, 2: 0.2, 3: None}  # occluded level -> visible fraction (our convention)
 
 def _category(name: str) -> str: return name.lower().replace("_", " ")  # Omni3D style: "night stand", "car"
@@ -65,6 +65,7 @@ def read_kitti_calib(path) -> dict[str, np.ndarray]:
     if "P2" not in calib: raise ValueError(f"{path}: no P2 row")
     return calib
 
+# %% ../../nbs/12_real_frames.ipynb #9b921c22
 def read_kitti_label(path) -> list[dict]:
     "KITTI label rows as dicts (`line` is the 1-based line number), DontCare included."
     path, rows = _need_file(Path(path), "KITTI label file"), []
@@ -131,7 +132,7 @@ def upright_depth_to_camera(points, Rtilt) -> np.ndarray:
     "(N, 3) points from SUN RGB-D upright depth coordinates to Omni3D camera coordinates."
     return as_array(points, (-1, 3), "points") @ (_DEPTH_TO_CAMERA @ nearest_rotation(Rtilt).T).T
 
-# %% ../../nbs/12_real_frames.ipynb #893fbe8c
+# %% ../../nbs/12_real_frames.ipynb #b92ff9bc
 def read_sunrgbd_label(path) -> list[dict]:
     "VoteNet SUN RGB-D label rows as dicts; `bbox` is converted to [x1, y1, x2, y2]."
     path, rows = _need_file(Path(path), "SUN RGB-D label file"), []
@@ -144,6 +145,7 @@ def read_sunrgbd_label(path) -> list[dict]:
                          half_wlh=v[[7, 8, 9]], heading=float(np.arctan2(v[11], v[10]))))
     return rows
 
+# %% ../../nbs/12_real_frames.ipynb #0dbd1be9
 def sunrgbd_object(row: dict, Rtilt, K, width: int, height: int, id: int) -> Object3D:
     "Omni3D `Object3D` from a VoteNet SUN RGB-D label `row`."
     M = _DEPTH_TO_CAMERA @ nearest_rotation(Rtilt).T
@@ -152,6 +154,7 @@ def sunrgbd_object(row: dict, Rtilt, K, width: int, height: int, id: int) -> Obj
                              M @ _rotz(row["heading"]) @ _OMNI3D_TO_VOTENET_AXES, K, width, height,
                              bbox2D_tight=np.array(row["bbox"]))
 
+# %% ../../nbs/12_real_frames.ipynb #c7fb1067
 def sunrgbd_scene(sunrgbd_root, frame_id: str, split: str = "trainval") -> Scene:
     "Frame `frame_id` of a VoteNet SUN RGB-D export folder (`image/`, `label/`, `calib/`) as a `Scene`."
     root = Path(sunrgbd_root)

@@ -27,7 +27,7 @@ __all__ = ['GAP_CAP', 'AREA_CAP', 'TaskFilters', 'default_filters', 'visible_fra
            'image_examples', 'build_examples_by_task', 'build_examples', 'split_of', 'split_examples', 'TaskSplit',
            'load_sources', 'rejection_counts', 'build_task_splits', 'dataset_statistics']
 
-# %% ../../nbs/17_task_splits.ipynb #9dbc22b5
+# %% ../../nbs/17_task_splits.ipynb #4d2ca730
 def _help(text: str, default):
     return field(default=default, metadata={"help": text})
 
@@ -68,6 +68,7 @@ class TaskFilters:
                 and 1 <= self.min_count <= self.max_count):
             raise ValueError(f"TaskFilters: need integers 1 <= min_count <= max_count, got {self.min_count}, {self.max_count}")
 
+# %% ../../nbs/17_task_splits.ipynb #1f926741
 _SOURCE_FILTERS = {
     "SUNRGBD": TaskFilters(),
     "KITTI": TaskFilters(min_visibility=0.15, min_area=0.005, max_area=0.70, reject_behind_camera=True,
@@ -151,7 +152,7 @@ class ImageObjects:
             self._cache["D"] = D
         return self._cache["D"]
 
-# %% ../../nbs/17_task_splits.ipynb #c148db98
+# %% ../../nbs/17_task_splits.ipynb #58373ea7
 class Candidates(NamedTuple):
     "Admissible object groups of one image for one task: indices into `ImageObjects.objects`, gaps, smallest box area."
     groups: np.ndarray     # (m, k) object indices; relative distance: (anchor, b, c)
@@ -159,6 +160,7 @@ class Candidates(NamedTuple):
     threshold: float       # the task's minimum gap
     min_area: np.ndarray   # (m,) the smallest 2D box area fraction in the group
 
+# %% ../../nbs/17_task_splits.ipynb #e6400227
 def _pair_gaps(im: ImageObjects, task: str) -> tuple[np.ndarray, np.ndarray, float]:
     f = im.filters
     if task == "orientation":
@@ -241,7 +243,7 @@ def image_rng(seed: int, task: str, scene: Scene) -> np.random.Generator:
     "The random generator of one (task, image): independent of the other images."
     return np.random.default_rng([int(seed), _stable_int(task, scene.source, scene.image_id)])
 
-# %% ../../nbs/17_task_splits.ipynb #725aae01
+# %% ../../nbs/17_task_splits.ipynb #387d9b86
 def _resolve_filters(filters, source: str) -> TaskFilters:
     if filters is None: return default_filters(source)
     if isinstance(filters, TaskFilters): return filters
@@ -276,6 +278,7 @@ def image_examples(scene: Scene, task: str, filters: TaskFilters, seed: int = 0,
         qs = [_question(rng, task, [im.objects[i].id for i in c.groups[k]]) for k in chosen]
     return [Example(scene, q, ground_truth(scene, q), scene.source, split) for q in qs]
 
+# %% ../../nbs/17_task_splits.ipynb #1602809a
 def build_examples_by_task(scenes, tasks=TASKS, filters: TaskFilters | dict | None = None, seed: int = 0, max_per_image: int = 1,
                            split_seed: int = 0, test_fraction: float = 0.2) -> dict[str, list[Example]]:
     "`build_examples` for several tasks at once, filtering each scene's objects once."
@@ -291,6 +294,7 @@ def build_examples_by_task(scenes, tasks=TASKS, filters: TaskFilters | dict | No
         for t in tasks: out[t] += image_examples(s, t, f, seed, max_per_image, split_seed, test_fraction, objects=im)
     return out
 
+# %% ../../nbs/17_task_splits.ipynb #b150b60b
 def build_examples(scenes, task: str, filters: TaskFilters | dict | None = None, seed: int = 0, max_per_image: int = 1,
                    split_seed: int = 0, test_fraction: float = 0.2) -> list[Example]:
     "Filtered, selected, answer-balanced examples of `task` from `scenes`; `filters` default to each scene's source's."
@@ -311,12 +315,13 @@ def split_examples(examples, seed: int = 0, test_fraction: float = 0.2) -> tuple
         (test if s == "test" else train).append(e if e.split == s else replace(e, split=s))
     return train, test
 
-# %% ../../nbs/17_task_splits.ipynb #ec86887f
+# %% ../../nbs/17_task_splits.ipynb #baf0ead2
 class TaskSplit(NamedTuple):
     "The train and test examples of one (task, source)."
     train: list[Example]
     test: list[Example]
 
+# %% ../../nbs/17_task_splits.ipynb #f0301a97
 def load_sources(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, **load_kwargs) -> dict[str, list[Scene]]:
     "All scenes per source under an Omni3D `root`, pooling the split files that exist (at least one per source)."
     out = {}
@@ -333,6 +338,7 @@ def load_sources(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, **load_kwar
         out[src] = scenes
     return out
 
+# %% ../../nbs/17_task_splits.ipynb #9159414c
 def rejection_counts(scenes, filters: TaskFilters) -> Counter:
     "How many objects of `scenes` each single-object filter rejects (thresholds kept, values dropped), and how many pass."
     counts = Counter()
@@ -342,6 +348,7 @@ def rejection_counts(scenes, filters: TaskFilters) -> Counter:
             counts[re.sub(r"^(\w+) [-\d.e]+ ", r"\1 ", reason) if reason else "passed"] += 1
     return counts
 
+# %% ../../nbs/17_task_splits.ipynb #f9023c51
 def build_task_splits(root, tasks=TASKS, sources=("SUNRGBD", "KITTI"), filters=None, seed: int = 0, max_per_image: int = 1,
                       split_seed: int = 0, test_fraction: float = 0.2, **load_kwargs) -> dict[tuple[str, str], TaskSplit]:
     "Train/test examples per (task, source) from an Omni3D root directory, a dict source -> scenes, or a list of scenes."

@@ -148,7 +148,7 @@ class Question:
         rel = RELATION_PHRASES[self.task][self.relation] if self.relation is not None else ""
         return tpl.format(IDX0=self.order[0], IDX1=self.order[1], REL=rel)
 
-# %% ../../nbs/14_tasks.ipynb #05da831a
+# %% ../../nbs/14_tasks.ipynb #8634c2d7
 def _objects(scene: Scene, ids) -> list[Object3D]:
     try: return [scene.object(i) for i in ids]
     except KeyError as e: raise ValueError(f"ground_truth: {e.args[0]}") from None
@@ -170,6 +170,7 @@ def task_values(scene: Scene, question: Question) -> tuple[float, float]:
             anchor = _objects(scene, [question.anchor_id])[0]
             return center_distance(a.center, anchor.center), center_distance(b.center, anchor.center)
 
+# %% ../../nbs/14_tasks.ipynb #2f253da3
 # Positive phrase (relation 0) holds when value(IDX0) < value(IDX1) ("smaller-is-positive") or > (size: bigger).
 _POSITIVE_IS_SMALLER = {"orientation": True, "depth": True, "size": False, "relative_distance": True}
 

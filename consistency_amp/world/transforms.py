@@ -122,7 +122,7 @@ def flip_scene(scene: Scene) -> Scene:
     return _with(scene, K=flip_intrinsics(scene.K, scene.width),
                  objects=[flip_object(o, scene.width) for o in scene.objects], image_path=None)
 
-# %% ../../nbs/15_transforms.ipynb #cc03cdb4
+# %% ../../nbs/15_transforms.ipynb #ece50a79
 CROP_SCALE = (0.7, 1.0)   # area of the kept window as a fraction of the image (Appendix D.4)
 
 def _clip_box(box, width: float, height: float) -> np.ndarray | None:
@@ -139,6 +139,7 @@ def objects_region(scene: Scene) -> np.ndarray | None:
     if not len(boxes): return None
     return np.concatenate([boxes[:, :2].min(0), boxes[:, 2:].max(0)])
 
+# %% ../../nbs/15_transforms.ipynb #6ab8591a
 def _check_scale(scale) -> tuple[float, float]:
     try: lo, hi = map(float, scale)
     except (TypeError, ValueError): raise ValueError(f"crop scale must be a pair (min, max), got {scale!r}") from None
@@ -159,7 +160,7 @@ def sample_crop(rng: np.random.Generator, scene: Scene, scale=CROP_SCALE) -> tup
     y0 = int(rng.integers(max(0, ry1 - ch), min(ry0, H - ch) + 1))
     return x0, y0, x0 + cw, y0 + ch
 
-# %% ../../nbs/15_transforms.ipynb #755050bd
+# %% ../../nbs/15_transforms.ipynb #07d33c79
 def _shift_box(box, dx: float, dy: float):
     return None if box is None else box - np.array([dx, dy, dx, dy])
 
@@ -178,6 +179,7 @@ def crop_object(o: Object3D, window) -> Object3D:
     return _with(o, bbox2D_tight=_shift_box(o.bbox2D_tight, x0, y0), bbox2D_proj=proj, bbox2D_trunc=trunc,
                  truncation=o.truncation if proj is None else _truncation(proj, trunc))
 
+# %% ../../nbs/15_transforms.ipynb #c1420fac
 def crop_scene(scene: Scene, window) -> Scene:
     "The scene seen in the image cropped to `window` (x0, y0, x1, y1); ValueError if the window cuts an object's 2D box."
     x0, y0, x1, y1 = window = Transform(crop=tuple(window)).crop
@@ -241,13 +243,14 @@ def transform_question(question: Question, T: Transform) -> Question:
         changes["object_ids"] = (ids[0], ids[2], ids[1]) if question.task == "relative_distance" else ids[::-1]
     return replace(question, **changes)
 
-# %% ../../nbs/15_transforms.ipynb #dd39e797
+# %% ../../nbs/15_transforms.ipynb #3eb2618f
 def available_transforms(task: str) -> tuple[str, ...]:
     "The transformations sampled for `task`: all six, minus the relation swap for numeric tasks and the order swap for counting."
     if task not in TASKS: raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
     dropped = {"counting": {"relation_swap", "order_swap"}, "absolute_distance": {"relation_swap"}}.get(task, set())
     return tuple(n for n in TRANSFORM_NAMES if n not in dropped)
 
+# %% ../../nbs/15_transforms.ipynb #40f8246d
 def _as_rng(rng) -> np.random.Generator:
     if isinstance(rng, np.random.Generator): return rng
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool): return np.random.default_rng(int(rng))
