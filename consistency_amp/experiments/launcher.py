@@ -182,26 +182,22 @@ def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = Non
 # %% ../../nbs/34_launcher.ipynb #8bdca55d
 @contextlib.contextmanager
 def launcher_lock(runs: Path):
-    "Hold `<runs>/.registry-logs/launch.lock` while launching: a second launcher on the same runs folder is refused."
+    "Hold the OS lock `<runs>/.registry-logs/launch.lock` (filelock) while launching: a second launcher is refused."
+    from filelock import FileLock, Timeout
     lock = runs / LOG_DIR / "launch.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
+    owner, file_lock = lock.with_suffix(".pid"), FileLock(lock, timeout=0)
+    try: file_lock.acquire()       # released by the OS if this process dies, so no lock is ever stale
+    except Timeout:
+        try: pid = owner.read_text().split()[0]
+        except (OSError, IndexError): pid = "unknown"
+        raise RuntimeError(f"another launcher (pid {pid}) is working on {runs}; wait for it to finish") from None
     try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        try: pid = int(lock.read_text().split()[0])
-        except (OSError, ValueError, IndexError): pid = None
-        alive = False
-        if pid is not None and pid != os.getpid():
-            try: os.kill(pid, 0); alive = True
-            except ProcessLookupError: alive = False
-            except PermissionError: alive = True
-        if alive: raise RuntimeError(f"another launcher (pid {pid}) is working on {runs}; wait for it, or delete "
-                                     f"{lock} if that process is gone") from None
-        lock.unlink(missing_ok=True)                       # left by a launcher that died: take it over
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    with os.fdopen(fd, "w") as f: f.write(f"{os.getpid()}\n")
-    try: yield lock
-    finally: lock.unlink(missing_ok=True)
+        owner.write_text(f"{os.getpid()}\n")
+        yield lock
+    finally:
+        owner.unlink(missing_ok=True)
+        file_lock.release()
 
 def _run_here(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress: bool, file) -> list[dict]:
     if not todo:

@@ -22,6 +22,7 @@ __all__ = ['COLORS', 'SERIES_LABELS', 'TASK_LABELS', 'FIGURE_TASKS', 'METHODS', 
            'padded_limits', 'draw_heatmap', 'save_figure']
 
 # %% ../../nbs/41_plotting.ipynb #5fb6c8c9
+# Colours of seaborn's "deep" palette where one fits, written out so that drawing a figure does not import seaborn
 COLORS = {"base": "#9e9e9e", "accuracy": "#4c72b0", "consistency": "#dd8452", "random": "#8064a2", "one_to_all": "#2bb5c8",
           "visual_jigsaw": "#55a868", "ssl4rl": "#c44e52"}
 SERIES_LABELS = {"base": "base", "accuracy": "accuracy reward", "consistency": "consistency reward (ours)"}
