@@ -42,7 +42,10 @@ PARAM_KEYS = ("kind", "name", "task", "source", "reward", "pairing", "model", "m
               "max_completion_length", "scale")
 TRAIN_REQUIRED_KEYS = ("task", "source", "reward", "model", "steps", "num_generations", "pairs_per_device",
                        "learning_rate", "seed")
-VERSIONED_PACKAGES = ("consistency_amp", "torch", "transformers", "trl", "peft")
+# every package whose version can change a run's numbers: the model stack, the numerics, the OT solver (POT), image
+# decoding (pillow) and the optional accelerators (None where not installed)
+VERSIONED_PACKAGES = ("consistency_amp", "torch", "transformers", "trl", "peft", "accelerate", "tokenizers", "safetensors",
+                      "datasets", "numpy", "scipy", "POT", "pillow", "deepspeed", "vllm")
 METADATA_KEYS = ("versions", "git_commit", "git_dirty", "created_at", "resumed_at")
 RUNS_ENV = "CONSISTENCY_AMP_RUNS"
 

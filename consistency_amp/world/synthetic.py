@@ -21,12 +21,18 @@ from .rendering import generate_image, image_rng, png_bytes, SPLIT_INDEX
 from .synthetic_scenes import resolve_source, scaled_size, SOURCES, SourceSpec
 
 # %% auto #0
-__all__ = ['GENERATOR_VERSION', 'WORLD_MARKER', 'SyntheticConfig', 'image_id_for', 'make_synthetic_world', 'world_info',
-           'world_digest', 'default_world']
+__all__ = ['GENERATOR_VERSION', 'WORLD_MARKER', 'RENDERING_PACKAGES', 'rendering_versions', 'SyntheticConfig', 'image_id_for',
+           'make_synthetic_world', 'world_info', 'world_digest', 'default_world']
 
 # %% ../../nbs/13b_synthetic.ipynb #f9774577
 GENERATOR_VERSION = 2
 WORLD_MARKER = "synthetic_world.json"
+RENDERING_PACKAGES = ("numpy", "pillow")   # their random streams and PNG encoder make the bytes: part of the world's name
+
+def rendering_versions() -> dict[str, str]:
+    "The installed versions of `RENDERING_PACKAGES`, read from package metadata."
+    from importlib.metadata import version
+    return {name: version(name) for name in RENDERING_PACKAGES}
 
 @dataclass(frozen=True)
 class SyntheticConfig:
@@ -71,8 +77,9 @@ class SyntheticConfig:
 
     @property
     def digest(self) -> str:
-        "A short hash of the config and the generator version: same digest, same world."
-        text = json.dumps({"config": self.to_dict(), "generator_version": GENERATOR_VERSION}, sort_keys=True)
+        "A short hash of the config, the generator version and the numpy and Pillow versions: same digest, same world."
+        text = json.dumps({"config": self.to_dict(), "generator_version": GENERATOR_VERSION,
+                           "versions": rendering_versions()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 # %% ../../nbs/13b_synthetic.ipynb #8b44ece0
@@ -115,7 +122,8 @@ def make_synthetic_world(root, config: SyntheticConfig | None = None, overwrite:
     try:
         counts = {f"{src}_{split}": _write_split(tmp, config, src, split, n)
                   for src in config.sources for split, n in config.n_images_per_split.items()}
-        marker = {"config": config.to_dict(), "digest": config.digest, "generator_version": GENERATOR_VERSION, "counts": counts}
+        marker = {"config": config.to_dict(), "digest": config.digest, "generator_version": GENERATOR_VERSION,
+                  "versions": rendering_versions(), "counts": counts}
         (tmp / WORLD_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True))
         old = None
         if root.exists() and any(root.iterdir()):            # checked above: a world we may replace
