@@ -28,15 +28,30 @@ from .runs import run_name as default_run_name
 from ..world.tasks import BOOLEAN_TASKS, TASKS
 
 # %% auto #0
-__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_CHOICES', 'FLAG_PARAMS', 'model_size', 'TrainParams',
-           'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config', 'save_final_adapter',
-           'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser', 'parse_args', 'main']
+__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'FLAG_PARAMS', 'report_integrations',
+           'model_size', 'TrainParams', 'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config',
+           'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser',
+           'parse_args', 'main']
 
 # %% ../../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
 JOINT_TASKS = BOOLEAN_TASKS
 SOURCE_CHOICES = OMNI3D_SOURCES
-REPORT_TO_CHOICES = ("none", "tensorboard", "wandb")
+# transformers validates the integration names of `report_to`; these are the packages that some of them need, so
+# that a missing one is named before any model is loaded
+REPORT_TO_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "comet_ml": "comet_ml",
+                      "clearml": "clearml", "neptune": "neptune", "dvclive": "dvclive", "codecarbon": "codecarbon",
+                      "swanlab": "swanlab", "trackio": "trackio", "azure_ml": "azureml", "dagshub": "dagshub", "flyte": "flytekit"}
+
+def report_integrations(report_to: str) -> list[str]:
+    "The tracking integrations of `report_to` ('none', one name, or names joined by commas, as transformers takes them)."
+    names = [n.strip() for n in str(report_to).split(",") if n.strip()]
+    if not names or names == ["none"]: return []
+    for name in names:
+        package = REPORT_TO_PACKAGES.get(name)
+        if package and importlib.util.find_spec(package) is None:
+            raise ValueError(f"report_to={report_to!r}: {name} needs the {package} package: pip install {package}")
+    return names
 
 def model_size(model: str) -> str | None:
     "'tiny' for the tiny model, '3B'/'7B'/... when the model's name says so, else None."
@@ -99,7 +114,7 @@ class TrainParams:
     save_steps: int = 50                # checkpoint every N steps and at the end; 0: none (stop_after still saves)
     keep_checkpoints: int | None = 2    # newest checkpoints kept; None: all
     stop_after: int | None = None       # stop (with a checkpoint) after this many steps; resume later
-    report_to: str = "none"             # "none", "tensorboard" or "wandb"
+    report_to: str = "none"             # "none", or transformers integrations joined by commas, e.g. "tensorboard,wandb"
     gradient_checkpointing: bool | None = None   # None: on a GPU yes, on the CPU no
     blind: bool = False                 # the blind control: every training image replaced by one grey image
     marker_swap: bool = False           # beyond the paper: every x' also swaps the markers (closes the text-only shortcut; nbs/15_transforms.ipynb)
@@ -137,9 +152,7 @@ class TrainParams:
         if self.resume and self.overwrite: raise ValueError("resume and overwrite contradict each other: choose one")
         if self.gradient_checkpointing not in (None, True, False):
             raise ValueError(f"gradient_checkpointing must be true, false or None; got {self.gradient_checkpointing!r}")
-        check_choice("report_to", self.report_to, REPORT_TO_CHOICES)
-        if self.report_to != "none" and importlib.util.find_spec(self.report_to) is None:
-            raise ValueError(f"report_to={self.report_to!r} needs the {self.report_to} package: pip install {self.report_to}")
+        report_integrations(self.report_to)
         if self.scale is not None: check_choice("scale", self.scale, SCALES)
         if not isinstance(self.model, str) or not self.model.strip(): raise ValueError(f"model must be a name or path; got {self.model!r}")
         if self.trainer_args is not None and not isinstance(self.trainer_args, dict):
@@ -212,7 +225,7 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
     import torch
     from consistency_amp.training.trainer import OTGRPOConfig
     cuda = torch.cuda.is_available()
-    if params.report_to == "tensorboard": os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(run_dir) / "tensorboard"))
+    if "tensorboard" in report_integrations(params.report_to): os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(run_dir) / "tensorboard"))
     settings = dict(
         output_dir=str(Path(run_dir) / CHECKPOINTS_DIR), run_name=Path(run_dir).name, reward=params.reward,
         pairing=params.pairing, label_noise=params.label_noise, max_steps=params.steps,
@@ -220,7 +233,7 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
         learning_rate=params.learning_rate, temperature=params.temperature, beta=params.beta, seed=params.seed,
         max_completion_length=params.max_completion_length, logging_steps=1,
         save_strategy="steps" if params.save_steps else "no", save_steps=params.save_steps or 500,
-        save_total_limit=params.keep_checkpoints, report_to=params.report_to, disable_tqdm=False,
+        save_total_limit=params.keep_checkpoints, report_to=report_integrations(params.report_to) or "none", disable_tqdm=False,
         use_cpu=not cuda, bf16=cuda and torch.cuda.is_bf16_supported(),
         gradient_checkpointing=cuda if params.gradient_checkpointing is None else params.gradient_checkpointing)
     return OTGRPOConfig(**(settings | (params.trainer_args or {})))
@@ -324,8 +337,7 @@ def argument_parser() -> argparse.ArgumentParser:
                     "torchrun --nproc_per_node N -m consistency_amp.training.train ...; accelerate launch --config_file "
                     "configs/accelerate/<config>.yaml -m consistency_amp.training.train ...",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=REWARDS, pairing=PAIRINGS,
-                   report_to=REPORT_TO_CHOICES)
+    choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=REWARDS, pairing=PAIRINGS)
     for f in fields(TrainParams):
         names = [f"--{f.name}"] + (["-K", "--K"] if f.name == "num_generations" else [])
         if f.name in FLAG_PARAMS:
