@@ -299,8 +299,13 @@ def _record_id(rec, i):
     return rec["id"] if isinstance(rec, dict) and isinstance(rec.get("id"), (int, str)) else f"#{i}"
 
 # %% ../../nbs/11_omni3d.ipynb #c9546add
+def _records(records: list, desc: str, progress: bool | None):
+    "The records with a progress bar (None: shown on a terminal only; a release file holds 10^5 records)."
+    from tqdm import tqdm
+    return tqdm(records, desc=desc, unit="record", leave=False, disable=None if progress is None else not progress)
+
 def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_images: bool = True,
-                keep_invalid3d: bool = False, verbose: bool = True) -> Scenes:
+                keep_invalid3d: bool = False, verbose: bool = True, progress: bool | None = None) -> Scenes:
     "Read one Omni3D JSON file into `Scene`s; bad records raise `Omni3DFormatError` or, with `on_error='skip'`, are skipped and reported."
     if on_error not in ("raise", "skip"): raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     json_path = Path(json_path)
@@ -318,7 +323,7 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
         report.skipped.append(Skipped(kind, rid, err.field, str(err)))
 
     scenes, bad_images = {}, set()
-    for i, rec in enumerate(data["images"]):
+    for i, rec in enumerate(_records(data["images"], f"{json_path.name}: images", progress)):
         rid = _record_id(rec, i)
         try:
             scene = _parse_image(rec, image_root, source, split, check_images)
@@ -329,7 +334,7 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
             if rid not in scenes: bad_images.add(rid)  # a duplicate id keeps the first record's annotations
 
     seen = set()
-    for i, rec in enumerate(data["annotations"]):
+    for i, rec in enumerate(_records(data["annotations"], f"{json_path.name}: annotations", progress)):
         rid, where = _record_id(rec, i), ""
         try:
             image_id = _int(rec, "image_id")

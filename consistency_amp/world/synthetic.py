@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from ..files import cache_dir
 from .omni3d import OMNI3D_SPLITS, write_omni3d
@@ -92,9 +93,10 @@ def _category_table(spec: SourceSpec) -> list[dict]:
     kind = "vehicle & road" if spec.kind == "outdoor" else "furniture"
     return [{"id": c.category_id, "name": c.name, "supercategory": kind} for c in sorted(spec.classes, key=lambda c: c.category_id)]
 
-def _write_split(tmp: Path, config: SyntheticConfig, source: str, split: str, count: int) -> dict:
+def _write_split(tmp: Path, config: SyntheticConfig, source: str, split: str, count: int, bar) -> dict:
     spec, scenes = SOURCES[source], []
     for i in range(count):
+        bar.update(1)
         file_path = f"images/{source}/{split}/{i:06d}.png"
         scene, image = generate_image(image_rng(config.seed, source, split, i), source, image_id_for(source, split, i),
                                       file_path, split, config.size(source))
@@ -108,8 +110,9 @@ def _write_split(tmp: Path, config: SyntheticConfig, source: str, split: str, co
 
 def _is_world(root: Path) -> bool: return (root / WORLD_MARKER).is_file()
 
-def make_synthetic_world(root, config: SyntheticConfig | None = None, overwrite: bool = False, **overrides) -> Path:
-    "Build the synthetic Omni3D world of `config` (or `SyntheticConfig(**overrides)`) at `root`; returns `root`."
+def make_synthetic_world(root, config: SyntheticConfig | None = None, overwrite: bool = False, progress: bool | None = None,
+                         **overrides) -> Path:
+    "Build the synthetic Omni3D world of `config` (or `SyntheticConfig(**overrides)`) at `root`; returns `root`. `progress`: a bar (None: on a terminal only)."
     config = replace(config, **overrides) if config is not None else SyntheticConfig(**overrides)
     root = Path(root).absolute()
     if root.exists():
@@ -120,8 +123,11 @@ def make_synthetic_world(root, config: SyntheticConfig | None = None, overwrite:
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.partial-", dir=root.parent))
     try:
-        counts = {f"{src}_{split}": _write_split(tmp, config, src, split, n)
-                  for src in config.sources for split, n in config.n_images_per_split.items()}
+        total = len(config.sources) * sum(config.n_images_per_split.values())
+        with tqdm(total=total, desc=f"synthetic world {config.digest}", unit="image", leave=False,
+                  disable=None if progress is None else not progress) as bar:
+            counts = {f"{src}_{split}": _write_split(tmp, config, src, split, n, bar)
+                      for src in config.sources for split, n in config.n_images_per_split.items()}
         marker = {"config": config.to_dict(), "digest": config.digest, "generator_version": GENERATOR_VERSION,
                   "versions": rendering_versions(), "counts": counts}
         (tmp / WORLD_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True))
