@@ -5,11 +5,12 @@
 # %% ../nbs/04_core.ipynb #f70968ca
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Sequence
 
 # %% auto #0
 __all__ = ['REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS',
-           'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice']
+           'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice', 'console_logging']
 
 # %% ../nbs/04_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -35,3 +36,15 @@ PAPER_JOINT_STEPS = 2000                                         # Section 5.3: 
 # %% ../nbs/04_core.ipynb #d4f2b836
 TINY_MODEL = "tiny-qwen2.5-vl"          # random weights: a pipeline check
 DEFAULT_MODEL = "spatial-base-large"    # the pretrained tiny spatial base, every entry point's default
+
+# %% ../nbs/04_core.ipynb #0913d041
+def console_logging(level: int = logging.INFO) -> logging.Logger:
+    "Show the package's log messages of `level` and above on stderr (command lines, notebooks); the package's logger."
+    logger = logging.getLogger("consistency_amp")
+    logger.setLevel(level)
+    if not any(getattr(h, "console_logging", False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.console_logging = True
+        logger.addHandler(handler)
+    return logger

@@ -183,7 +183,7 @@ def test_raise_names_file_record_and_field(root, name, edit, kind, record_id, fi
 
 
 @pytest.mark.parametrize("name,edit,kind,record_id,field,text", CASES, ids=[c[0] for c in CASES])
-def test_skip_keeps_everything_else(root, clean, capsys, name, edit, kind, record_id, field, text):
+def test_skip_keeps_everything_else(root, clean, caplog, name, edit, kind, record_id, field, text):
     data = _dataset()
     edit(data)
     loaded = load_omni3d(_write(root, data), on_error="skip")
@@ -208,8 +208,8 @@ def test_skip_keeps_everything_else(root, clean, capsys, name, edit, kind, recor
     for s in loaded:
         assert s.K.tolist() == K and (s.source, s.split) == ("SUNRGBD", "val")
     assert report.n_objects == len(loaded_objects) and report.n_images == len(loaded)
-    printed = capsys.readouterr().out
-    assert "SUNRGBD_val.json" in printed and f"with bad '{field}'" in printed
+    logged = caplog.text                       # the summary is a warning of the package's logger
+    assert "SUNRGBD_val.json" in logged and f"with bad '{field}'" in logged
 
 
 def test_unreadable_image(root):
@@ -241,7 +241,7 @@ def test_invalid3d_is_dropped_not_an_error(root):
     assert [o.valid3D for o in kept[1].objects] == [True, False]
 
 
-def test_several_bad_records_are_all_counted(root, capsys):
+def test_several_bad_records_are_all_counted(root, caplog):
     data = _dataset()
     del _ann(data, 10)["R_cam"]
     _ann(data, 14)["dimensions"][1] = 0
@@ -250,7 +250,7 @@ def test_several_bad_records_are_all_counted(root, capsys):
     assert [[o.id for o in s.objects] for s in loaded] == [[], [12, 13], []]
     assert loaded.report.counts() == Counter({("annotation", "R_cam"): 1, ("annotation", "dimensions"): 1,
                                               ("annotation", "image_id"): 1})
-    assert "skipped 3 record(s)" in capsys.readouterr().out
+    assert "skipped 3 record(s)" in caplog.text
 
 
 @pytest.mark.parametrize("content,text", [
@@ -296,7 +296,7 @@ def test_unknown_truncation_is_computed_from_the_projected_box(root):
         assert objects[a["id"]].visibility is None
 
 
-def test_an_empty_task_says_why(root, capsys):
+def test_an_empty_task_says_why(root, caplog):
     "When no example of a (task, source) survives, build_task_splits prints which filters rejected the objects."
     from consistency_amp.world.task_splits import TaskFilters, build_task_splits
     data = _dataset()
@@ -304,6 +304,6 @@ def test_an_empty_task_says_why(root, capsys):
     scenes = list(load_omni3d(_write(root, data)))
     splits = build_task_splits({"SUNRGBD": scenes}, sources=("SUNRGBD",), filters=TaskFilters(visibility_fallback=False))
     assert all(not split.train and not split.test for split in splits.values())
-    out = capsys.readouterr().out
+    out = caplog.text
     assert "build_task_splits: no examples of orientation, depth, size" in out and "from SUNRGBD (3 images)" in out
     assert "visibility unknown: 5" in out

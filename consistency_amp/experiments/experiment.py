@@ -5,6 +5,7 @@
 # %% ../../nbs/46_experiment.ipynb #008b1e36
 from __future__ import annotations
 
+import logging
 import argparse
 import hashlib
 import json
@@ -17,12 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import NOISE_LEVELS   # Section 5.4: the flipped-label fractions
+from ..core import console_logging, NOISE_LEVELS   # Section 5.4: the flipped-label fractions
 from . import plotting
 from .manifest import SOURCE      # SUN RGB-D
 from .science import CONDITIONS, check_outcomes
 from ..world.synthetic import SyntheticConfig
 from ..world.tasks import BOOLEAN_TASKS
+
+_logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['HEADLINE_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS', 'FULL_CONDITIONS',
@@ -304,15 +307,15 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
              f"{config.pairs_per_device} pairs per step, lr {config.learning_rate:g}, seeds {list(config.seeds)}")
     table = science_table(data, resamples)
     paths = list(write_science(table, out, title=f"Science table (miniature: {scale})"))
-    print(science_markdown(table, "Science table"))
+    _logger.info(science_markdown(table, "Science table"))
     figures = {"science_accuracy": plot_task_accuracy(task_intervals(data, tasks, resamples // 2), f"Held-out accuracy ({config.model})"),
                "science_monitor": plot_answer_monitor(train_logs(config, runs_dir=runs_dir), "Reward-hacking monitor (consistency-trained runs)", smooth=10),
                "science_claims": plot_claim_constancy(claims := claim_rows(config, runs_dir))}
     by_condition = {}
     for r in claims:
         if r["task"] == "all": by_condition.setdefault(r["condition"], []).append(r["constancy"])
-    print("claim constancy over tasks (1: a fixed visual judgement read through the wording):",
-          ", ".join(f"{c} {np.mean(v):.2f}" for c, v in by_condition.items()))
+    _logger.info("claim constancy over tasks (1: a fixed visual judgement read through the wording): " +
+                ", ".join(f"{c} {np.mean(v):.2f}" for c, v in by_condition.items()))
     for name, fig in figures.items(): paths += save_figure(fig, out, name)
     from consistency_amp.experiments.experiment_figures import report_figures   # (imported late: it imports this module)
     return paths + report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4, where their runs exist
@@ -382,6 +385,7 @@ def argument_parser() -> argparse.ArgumentParser:
 
 # %% ../../nbs/46_experiment.ipynb #82b5e4b9
 def main(argv: list[str] | None = None) -> list[Path]:
+    console_logging()
     args = argument_parser().parse_args(argv)
     if args.config_json: config = ExperimentConfig(**json.loads(args.config_json))
     else: config = ExperimentConfig(**{f.name: getattr(args, f.name) for f in fields(ExperimentConfig)})

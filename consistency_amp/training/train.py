@@ -5,6 +5,7 @@
 # %% ../../nbs/23_train_entry.ipynb #4dbc0940
 from __future__ import annotations
 
+import logging
 import argparse
 import importlib.util
 import json
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
 
-from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
+from ..core import (console_logging, DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
                                   TINY_MODEL, check_choice)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
 from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, CHECKPOINTS_DIR, create_run,
@@ -26,6 +27,8 @@ from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, CHECKPOINTS_DIR
 from .run_callback import run_callback
 from .runs import run_name as default_run_name
 from ..world.tasks import BOOLEAN_TASKS, TASKS
+
+_logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'FLAG_PARAMS', 'report_integrations',
@@ -309,7 +312,7 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         trainer = OTGRPOTrainer(model, config, examples, processing_class=processor, peft_config=peft_config,
                                 make_pair=make_pair,
                                 callbacks=[run_callback(run_dir, params.steps, params.stop_after)])
-        if checkpoint is not None and main: print(f"resuming {run_dir.name} from {checkpoint.name}")
+        if checkpoint is not None and main: _logger.info(f"resuming {run_dir.name} from {checkpoint.name}")
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         step = trainer.state.global_step
         if step < params.steps:                   # stop_after: a checkpoint was saved; resume to finish
@@ -355,6 +358,7 @@ def parse_args(argv: list[str] | None = None) -> TrainParams:
 # %% ../../nbs/23_train_entry.ipynb #ba13882d
 def main(argv: list[str] | None = None) -> Path:
     "Entry point of `python -m consistency_amp.training.train`: parse, `start_run`, `train_run` (as `run_training`), print the run folder."
+    console_logging()
     try:                                          # bad parameters and existing runs: a message, not a traceback
         params = parse_args(argv)
         run_dir = start_run(params) if world_size() == 1 else None

@@ -5,6 +5,7 @@
 # %% ../../nbs/11_omni3d.ipynb #73290c59
 from __future__ import annotations
 
+import logging
 import json, math, os
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -16,6 +17,8 @@ from PIL import Image
 from .geometry import (as_array, box_center, box_corners, box_depth, box_volume, project_box,
                                       truncate_box, truncation_fraction)
 from .geometry import behind_camera as corners_behind_camera
+
+_logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['MAX_ABS_VALUE', 'OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Omni3DFormatError', 'Skipped', 'LoadReport',
@@ -355,7 +358,7 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
         except _FieldError as e: fail("annotation", rid, e, where)
 
     report.n_images, report.n_objects = len(scenes), sum(len(s.objects) for s in scenes.values())
-    if verbose and report.skipped: print(report.summary())
+    if verbose and report.skipped: _logger.warning(report.summary())
     return Scenes(scenes.values(), info=info, categories=categories, report=report)
 
 # %% ../../nbs/11_omni3d.ipynb #1fddbf0b

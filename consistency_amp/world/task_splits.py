@@ -5,6 +5,7 @@
 # %% ../../nbs/17_task_splits.ipynb #3d2a2736
 from __future__ import annotations
 
+import logging
 import hashlib
 import re
 from collections import Counter
@@ -20,6 +21,8 @@ from .geometry import box_area_fraction, box_coverage, box_iou
 from .omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, Object3D, Scene, load_omni3d, omni3d_json_path
 from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question,
                                    ground_truth)
+
+_logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['GAP_CAP', 'AREA_CAP', 'TaskFilters', 'default_filters', 'visible_fraction', 'object_rejection', 'ImageObjects',
@@ -367,7 +370,7 @@ def build_task_splits(root, tasks=TASKS, sources=("SUNRGBD", "KITTI"), filters=N
             out[(task, src)] = TaskSplit([e for e in ex if e.split == "train"], [e for e in ex if e.split == "test"])
         if empty := [task for task, ex in by_task.items() if not ex]:   # say why, instead of an empty split downstream
             counts = rejection_counts(by_source[src], _resolve_filters(filters, src))
-            print(f"build_task_splits: no examples of {', '.join(empty)} from {src} ({len(by_source[src])} images); objects: "
+            _logger.warning(f"build_task_splits: no examples of {', '.join(empty)} from {src} ({len(by_source[src])} images); objects: "
                   + (", ".join(f"{reason}: {n}" for reason, n in counts.most_common()) or "none annotated"))
     return {(t, s): out[(t, s)] for t in tasks for s in sources}
 
