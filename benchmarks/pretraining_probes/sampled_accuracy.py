@@ -1,6 +1,7 @@
-"""Is the base's ability in its samples? python benchmarks/pretraining_probes/sampled_accuracy.py [N_PER_TASK] [K]
+"""Is the base's ability in its samples? python benchmarks/pretraining_probes/sampled_accuracy.py [N_PER_TASK] [K] [RUN]
 On the first N held-out test questions per task of the miniature experiment's world (x only, no transformation):
-greedy accuracy, the mean accuracy of K samples at T = 1 (what GRPO samples), and the accuracy of their majority."""
+greedy accuracy, the mean accuracy of K samples at T = 1 (what GRPO samples), and the accuracy of their majority.
+RUN: a trained run folder (runs/experiment-*/<condition>-seed<s>); its adapter is loaded on the base (default: the base)."""
 import sys, json
 import numpy as np, torch
 from consistency_amp.experiments.experiment import ExperimentConfig, world_config, SOURCE
@@ -12,7 +13,8 @@ from consistency_amp.world.tasks import BOOLEAN_TASKS
 from consistency_amp.reward.verifiers import parse_answer
 torch.set_num_threads(1); torch.manual_seed(0)
 n, K = (int(a) for a in (sys.argv[1:] + ["60", "8"])[:2])
-model, processor = load_model("spatial-base-large", lora=False)
+run = sys.argv[3] if len(sys.argv) > 3 else None
+model, processor = load_model("spatial-base-large", lora=False, adapter=None if run is None else f"{run}/adapter")
 model.eval(); decoder = GreedyDecoder(model, processor, 24)
 examples = held_out_examples(default_world(world_config(ExperimentConfig())), BOOLEAN_TASKS, (SOURCE,), n)
 out = {}
@@ -33,5 +35,5 @@ for (task, _), group in examples.items():
     out[task] = dict(n=len(group), greedy=round(float(np.mean(greedy)), 3), sampled=round(float(np.mean(sampled)), 3),
                      majority_of_K=round(float(np.mean(majority)), 3))
     print(task, out[task], flush=True)
-print(json.dumps(dict(K=K, per_task=out, mean={k: round(float(np.mean([v[k] for v in out.values()])), 3)
+print(json.dumps(dict(run=run, K=K, per_task=out, mean={k: round(float(np.mean([v[k] for v in out.values()])), 3)
                                                for k in ("greedy", "sampled", "majority_of_K")})))
