@@ -8,12 +8,14 @@ import nbformat
 import papermill as pm
 import pytest
 
+from dataclasses import fields
+
+from consistency_amp.experiments.evaluate import EvalArguments
 from consistency_amp.world.tasks import TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "nbs" / "evaluate.ipynb"
-PARAMETERS = ("run", "model", "adapter", "run_name", "tasks", "sources", "data_root", "max_examples", "batch_size",
-              "consistency_samples", "max_new_tokens", "eval_name", "overwrite", "seed", "examples", "runs_dir")
+PARAMETERS = tuple(f.name for f in fields(EvalArguments))     # the notebook's parameters are the command's arguments
 
 
 def execute(tmp: Path, name: str, **parameters) -> Path:
@@ -82,5 +84,5 @@ def test_existing_evaluation_is_not_overwritten(executed, monkeypatch):
 def test_bad_parameters_stop_early(tmp_path, parameters, message):
     with pytest.raises(pm.PapermillExecutionError, match=message) as error:
         execute(tmp_path, "bad", runs_dir=str(tmp_path / "runs"), **parameters)
-    assert "check_eval_params" in error.value.source               # stopped in the parameter checks, before evaluating
+    assert "EvalArguments(" in error.value.source                  # stopped in the parameter checks, before evaluating
     assert not (tmp_path / "runs").exists()

@@ -148,7 +148,7 @@ def test_needs_eval_and_mismatch(tmp_path):
     lines = [l for l in out.getvalue().splitlines() if l and not l.startswith("#")]
     by_run = {p["run"]: line for p, line in zip(printed, lines)}
     assert other["name"] not in by_run and f"# not launched, mismatch: {other['name']}" in out.getvalue()
-    assert by_run[spec["name"]].startswith("python -c ")          # evaluation only: no training command
+    assert by_run[spec["name"]].startswith("python -m consistency_amp.experiments.evaluate ")   # evaluation only: no training
     assert "evaluate_run(" in by_run[spec["name"]] and "torchrun" not in by_run[spec["name"]]
 
 
@@ -176,7 +176,7 @@ def test_print_mode_one_command_per_missing_run(tmp_path, launcher):
                     "papermill": "papermill nbs/train.ipynb"}[launcher]
             assert cmd.startswith(head) and '"$OMNI3D_ROOT"' in cmd
             assert ("--resume true" in cmd) if launcher != "papermill" else ("-p resume true" in cmd)
-            assert f"{spec['steps']}" in words and ("evaluate_run" in cmd or "nbs/evaluate.ipynb" in cmd)
+            assert f"{spec['steps']}" in words and ("-m consistency_amp.experiments.evaluate --run " in cmd or "nbs/evaluate.ipynb" in cmd)
     assert len(EXTERNAL_BASELINES) - 2 == text.count("# not launched, needs_model")
     assert not any(tmp_path.iterdir())                              # printing writes nothing
 

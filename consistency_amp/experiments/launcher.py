@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import sys
@@ -69,39 +68,28 @@ def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", npro
     return " ".join([head] + [f"--{k} {_q(v)}" for k, v in args])
 
 # %% ../../nbs/34_launcher.ipynb #aef9d3f2
-def _py(value) -> str:
-    "A Python literal with double-quoted strings (so that the code sits in single shell quotes unescaped)."
-    if isinstance(value, str): return json.dumps(value)
-    if isinstance(value, (list, tuple)): return "[" + ", ".join(_py(v) for v in value) + "]"
-    return repr(value)
+def _eval_flags(spec: dict, need: dict, runs_dir) -> list[tuple[str, object]]:
+    "The `evaluate.EvalArguments` of one evaluation that `spec` needs (None left out)."
+    target = ([("run", spec["name"])] if spec["kind"] == "train" else
+              [("model", spec["model"]), ("run_name", spec["name"]), ("data_root", spec.get("data_root"))])
+    flags = target + [("tasks", ",".join(need["tasks"])), ("sources", ",".join(need["sources"])),
+                      ("max_examples", need["max_examples"]), ("consistency_samples", need["consistency_samples"]),
+                      ("max_new_tokens", need["max_new_tokens"]), ("eval_name", need["eval_name"]),
+                      ("examples", True if need.get("examples") else None),   # Appendix C reads the per-example records
+                      ("runs_dir", None if runs_dir is None else os.fspath(runs_dir))]
+    return [(k, v) for k, v in flags if v is not None]
 
 def eval_command(spec: dict, runs_dir=None, *, launcher: str = "python") -> str:
-    "The shell command that writes the evaluation(s) `spec` needs (never overwriting one)."
+    "The shell command that writes the evaluation(s) `spec` needs (never overwriting one): the evaluation command or papermill."
     cmds = []
     for need in spec["evals"]:
-        kw = dict(runs_dir=None if runs_dir is None else os.fspath(runs_dir), tasks=need["tasks"], sources=need["sources"],
-                  max_examples=need["max_examples"], consistency_samples=need["consistency_samples"],
-                  max_new_tokens=need["max_new_tokens"])
-        if need.get("examples"): kw["examples"] = True           # Appendix C reads the per-example records
+        flags = _eval_flags(spec, need, runs_dir)
         if launcher == "papermill":
-            out = Path(kw["runs_dir"] or "runs") / f"{spec['name']}.eval-{need['eval_name']}.ipynb"
-            target = (f"-p run {_q(spec['name'])}" if spec["kind"] == "train" else
-                      f"-p model {_q(spec['model'])} -p run_name {_q(spec['name'])}"
-                      + (f" -p data_root {_q(spec['data_root'])}" if spec.get("data_root") else ""))
-            yaml = json.dumps({k: v for k, v in kw.items() if k not in ("runs_dir",)})
-            cmds.append(f"papermill nbs/evaluate.ipynb {_q(out)} -k python3 {target} -p eval_name {_q(need['eval_name'])}"
-                        + (f" -p runs_dir {_q(kw['runs_dir'])}" if kw["runs_dir"] else "") + f" -y {shlex.quote(yaml)}")
-            continue
-        data_root = spec.get("data_root")
-        root_code = ('os.environ["OMNI3D_ROOT"]' if data_root == DATA_ROOT_PLACEHOLDER else _py(data_root))
-        args = ", ".join(f"{k}={_py(v)}" for k, v in kw.items())
-        name, eval_name = _py(spec["name"]), _py(need["eval_name"])
-        if spec["kind"] == "train":
-            code = f"from consistency_amp.experiments.evaluation import evaluate_run; evaluate_run({name}, {eval_name}, {args})"
+            out = Path(os.fspath(runs_dir) if runs_dir is not None else "runs") / f"{spec['name']}.eval-{need['eval_name']}.ipynb"
+            cmds.append(" ".join(["papermill nbs/evaluate.ipynb", _q(out), "-k python3"] + [f"-p {k} {_q(v)}" for k, v in flags]))
         else:
-            code = (f"import os; from consistency_amp.experiments.evaluation import evaluate_model; evaluate_model({_py(spec['model'])}, "
-                    f"{eval_name}, kind={_py(spec['kind'])}, run_name={name}, data_root={root_code}, {args})")
-        cmds.append(f"python -c {shlex.quote(code)}")
+            cmds.append(" ".join(["python -m consistency_amp.experiments.evaluate"]
+                                 + [f"--{k} {_q(str(v).lower() if isinstance(v, bool) else v)}" for k, v in flags]))
     return " && ".join(cmds)
 
 # %% ../../nbs/34_launcher.ipynb #dc2fd107

@@ -34,7 +34,7 @@ _logger = logging.getLogger(__name__)
 __all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'FLAG_PARAMS', 'report_integrations',
            'model_size', 'TrainParams', 'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config',
            'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser',
-           'parse_args', 'main']
+           'parse_args', 'main', 'cli']
 
 # %% ../../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -366,6 +366,12 @@ def main(argv: list[str] | None = None) -> Path:
     run_dir = train_run(params, run_dir)[0]
     if int(os.environ.get("RANK", "0")) == 0: print(f"run folder: {run_dir}")
     return run_dir
+
+# %% ../../nbs/23_train_entry.ipynb #00583d48
+def cli(argv: list[str] | None = None) -> int:
+    "`main` for the console script `consistency-amp-train` (exit status 0; errors exit through `main`)."
+    main(argv)
+    return 0
 
 # %% ../../nbs/23_train_entry.ipynb #f87ceccb
 if __name__ == "__main__" and "get_ipython" not in globals(): main()   # python -m consistency_amp.training.train, not a notebook

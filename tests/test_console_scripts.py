@@ -1,0 +1,34 @@
+"""The console scripts of pyproject.toml point at the command lines' entry functions, and each command answers --help
+with every field of its arguments (the same commands run as `python -m ...`)."""
+import importlib
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def test_the_three_commands_are_declared():
+    assert sorted(SCRIPTS) == ["consistency-amp-evaluate", "consistency-amp-registry", "consistency-amp-train"]
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_each_script_names_an_entry_function(name):
+    module, function = SCRIPTS[name].split(":")
+    assert callable(getattr(importlib.import_module(module), function))
+
+
+@pytest.mark.parametrize("module, fields_of", [
+    ("consistency_amp.experiments.evaluate", "consistency_amp.experiments.evaluate:EvalArguments"),
+    ("consistency_amp.training.train", "consistency_amp.training.train:TrainParams"),
+])
+def test_help_lists_every_field(module, fields_of):
+    from dataclasses import fields
+    where, name = fields_of.split(":")
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert all(f"--{f.name}" in done.stdout for f in fields(getattr(importlib.import_module(where), name)))
