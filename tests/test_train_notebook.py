@@ -120,6 +120,27 @@ def test_run_folder_is_complete(executed):
     assert any("image/png" in o.get("data", {}) for o in outputs)      # the reward curves
 
 
+def test_adapter_folder_is_hub_ready_and_loads_elsewhere(executed, tmp_path):
+    "trainer.save_model wrote the adapter and the processor; the base is recorded by name; a model card; it loads moved."
+    import shutil, subprocess, sys
+    from huggingface_hub import ModelCard
+    _, _, run, _ = executed
+    adapter, params = run / "adapter", read_json(run / "params.json")
+    assert json.loads((adapter / ADAPTER_CONFIG).read_text())["base_model_name_or_path"] == params["model"]
+    assert (adapter / "tokenizer_config.json").is_file() and any(adapter.glob("*processor*json"))   # the processor
+    card = ModelCard.load(adapter / "README.md")
+    assert card.data.base_model == params["model"] and card.data.library_name == "peft"
+    assert "reward-consistency" in card.data.tags and run.name in card.text
+    moved = shutil.copytree(adapter, tmp_path / "elsewhere" / "adapter")
+    code = ("import sys; from peft import PeftModel; from consistency_amp.training.models import load_model; "
+            "m, p = load_model(sys.argv[1], lora=False); m = PeftModel.from_pretrained(m, sys.argv[2]); "
+            "print(type(m).__name__, sorted(m.peft_config))")
+    done = subprocess.run([sys.executable, "-c", code, params["model"], str(moved)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().startswith("PeftModel") and done.stdout.strip().endswith("['default']")
+
+
 def test_second_run_with_the_same_name_fails_without_overwrite(executed):
     tmp, runs, run, _ = executed
     status_before = (run / "status.json").read_text()

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from ..world.prompts import ANSWER_TYPE, LABEL_COLUMNS, load_rgb, make_prompt, make_prompt_pair
 from ..training.runs import (create_run, EVAL_DIR, model_tag, PARAMS_FILE, read_json, read_run,
                                            resolve_path, RUN_NAME_RE, run_path, utc_now, write_json, write_status)
+from ..training.model_card import write_model_card
 from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of
 from ..core import DEFAULT_MODEL, PAPER_MODELS, PAPER_SETTINGS, TINY_MODEL, check_choice
@@ -332,6 +333,7 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     if examples: results["examples"] = records          # per-example completions, answers and scores
     write_json(path, results, overwrite=overwrite)
     if record.kind != "train": write_status(record.path, "complete", 0)
+    else: write_model_card(record.path)                  # the adapter's card lists every evaluation
     return path
 
 # %% ../../nbs/30_evaluation.ipynb #ca9ff708

@@ -5,15 +5,14 @@
 # %% ../../nbs/23_train_entry.ipynb #4dbc0940
 from __future__ import annotations
 
-import logging
 import argparse
+import logging
 import importlib.util
 import json
 import os
 import re
 import shutil
 import sys
-import tempfile
 import uuid
 from dataclasses import asdict, dataclass, fields
 from functools import partial
@@ -242,19 +241,17 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
     return OTGRPOConfig(**(settings | (params.trainer_args or {})))
 
 # %% ../../nbs/23_train_entry.ipynb #3738326b
-def save_final_adapter(trainer, run_dir: str | os.PathLike) -> Path | None:
-    "Save the trained LoRA adapter of `trainer` to `run_dir`/adapter (safetensors) from the main process."
-    from consistency_amp.training.models import save_adapter
-    state_dict = None
-    if getattr(trainer, "is_deepspeed_enabled", False):
-        state_dict = trainer.accelerator.get_state_dict(trainer.deepspeed)   # collective under ZeRO-3
-    if not trainer.accelerator.is_main_process: return None
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    final = Path(run_dir) / ADAPTER_DIR
-    staging = Path(tempfile.mkdtemp(prefix=".adapter.partial-", dir=run_dir))
+def save_final_adapter(trainer, run_dir: str | os.PathLike, model: str | None = None) -> Path | None:
+    "Save the trained adapter with `trainer.save_model` (LoRA weights, processor; gathered under ZeRO-3) into `run_dir`/adapter, atomically, with its base model `model` recorded and a model card; the folder on the main process."
+    from consistency_amp.training.model_card import portable_base, write_model_card
+    main = trainer.accelerator.is_main_process
+    final, staging = Path(run_dir) / ADAPTER_DIR, Path(run_dir) / ".adapter.partial"   # the same path on every process
+    if main and staging.exists(): shutil.rmtree(staging)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))              # every process (a collective under ZeRO-3); the main one writes
+    if not main: return None
     try:
-        if state_dict is None: save_adapter(model, staging)
-        else: model.save_pretrained(str(staging), state_dict=state_dict, safe_serialization=True)
+        if model is not None: portable_base(staging, model)
         if final.exists():
             old = final.parent / f".adapter.old-{uuid.uuid4().hex[:8]}"
             final.rename(old); shutil.rmtree(old, ignore_errors=True)
@@ -262,6 +259,7 @@ def save_final_adapter(trainer, run_dir: str | os.PathLike) -> Path | None:
     finally:
         if staging.exists(): shutil.rmtree(staging, ignore_errors=True)
     if not (final / ADAPTER_WEIGHTS).is_file(): raise RuntimeError(f"{final} has no {ADAPTER_WEIGHTS} after saving")
+    write_model_card(run_dir)
     return final
 
 # %% ../../nbs/23_train_entry.ipynb #f352ef9f
@@ -318,7 +316,7 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         if step < params.steps:                   # stop_after: a checkpoint was saved; resume to finish
             if main: write_status(run_dir, "running", step, params.steps, interrupted=f"stop_after={params.stop_after}")
             return run_dir, trainer
-        adapter = save_final_adapter(trainer, run_dir)
+        adapter = save_final_adapter(trainer, run_dir, params.model)
         if main: write_status(run_dir, "complete", step, params.steps, adapter=str(adapter))
     except BaseException as e:
         if main and run_dir.exists(): write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}"[:2000])
