@@ -32,3 +32,10 @@ def test_help_lists_every_field(module, fields_of):
     done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert all(f"--{f.name}" in done.stdout for f in fields(getattr(importlib.import_module(where), name)))
+
+
+def test_extras_for_tracking_deepspeed_and_vllm():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {"tracking", "deepspeed", "vllm"} <= set(extras)
+    assert any(d.startswith("deepspeed") for d in extras["deepspeed"]) and any(d.startswith("vllm") for d in extras["vllm"])
+    assert {"tensorboard", "wandb"} <= {d.split(">")[0].split("=")[0] for d in extras["tracking"]}
