@@ -14,7 +14,7 @@ import re
 import shutil
 import sys
 import uuid
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
 
@@ -33,7 +33,7 @@ _logger = logging.getLogger(__name__)
 __all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'FLAG_PARAMS', 'report_integrations',
            'model_size', 'TrainParams', 'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config',
            'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser',
-           'parse_args', 'main', 'cli']
+           'recipe', 'parse_args', 'main', 'cli']
 
 # %% ../../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -90,37 +90,41 @@ def _coerce(value, kind: str):
 # %% ../../nbs/23_train_entry.ipynb #e1a19da0
 FLAG_PARAMS = ("resume", "overwrite", "blind", "marker_swap")   # the TrainParams fields that are on/off flags
 
+def _arg(help: str, default=None):
+    "A TrainParams field with its `--help` text (TRL's convention: the help lives on the field)."
+    return field(default=default, metadata={"help": help})
+
 @dataclass
 class TrainParams:
     "Parameters of one training run (CPU defaults); checked when built, before anything heavy is imported."
-    task: str = "depth"                 # one of TRAIN_TASKS; "joint" = the four boolean tasks together
-    source: str = "SUNRGBD"             # training source (the paper trains on SUN RGB-D)
-    reward: str = "consistency"         # "consistency" (label-free, paired) or "accuracy" (ground truth)
-    pairing: str = "minimal"            # "minimal" (OT-GRPO), "random" or "one_to_all"
-    model: str = DEFAULT_MODEL     # Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)
-    data_root: str | None = None        # Omni3D root; None = the built-in synthetic world
-    steps: int = 5                      # optimizer steps (paper: 500)
-    num_generations: int = 4            # K, completions per prompt (paper: 8)
-    pairs_per_device: int = 1           # prompt pairs (x, x') per device and step (paper: 4)
-    learning_rate: float = 1e-6         # paper: 1e-6
-    temperature: float = 1.0            # sampling temperature (paper: 1.0)
-    beta: float = 0.0                   # KL coefficient (paper: 0)
-    seed: int = 0
-    label_noise: float = 0.0            # accuracy reward only: fraction of flipped training labels (Section 5.4)
-    max_completion_length: int = 32     # new tokens per completion
-    scale: str | None = None            # "paper" / "mini" tag for the registry; None: inferred
-    run_name: str | None = None         # None: made from the parameters (runs.run_name)
-    runs_dir: str | None = None         # None: $CONSISTENCY_AMP_RUNS or <repo>/runs
-    resume: bool = False                # continue runs/<name> from its last checkpoint
-    overwrite: bool = False             # delete an existing runs/<name> and start again
-    save_steps: int = 50                # checkpoint every N steps and at the end; 0: none (stop_after still saves)
-    keep_checkpoints: int | None = 2    # newest checkpoints kept; None: all
-    stop_after: int | None = None       # stop (with a checkpoint) after this many steps; resume later
-    report_to: str = "none"             # "none", or transformers integrations joined by commas, e.g. "tensorboard,wandb"
-    gradient_checkpointing: bool | None = None   # None: on a GPU yes, on the CPU no
-    blind: bool = False                 # the blind control: every training image replaced by one grey image
-    marker_swap: bool = False           # beyond the paper: every x' also swaps the markers (closes the text-only shortcut; nbs/15_transforms.ipynb)
-    trainer_args: dict | None = None    # further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}
+    task: str = _arg('A task of Section 3 (orientation, depth, size, relative_distance, counting, absolute_distance), or "joint": the four boolean tasks together.', "depth")
+    source: str = _arg('Training source (the paper trains on SUN RGB-D)', "SUNRGBD")
+    reward: str = _arg('"consistency" (label-free, paired) or "accuracy" (ground truth)', "consistency")
+    pairing: str = _arg('"minimal" (OT-GRPO), "random" or "one_to_all".', "minimal")
+    model: str = _arg('Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)', DEFAULT_MODEL)
+    data_root: str | None = _arg('Omni3D root; None = the built-in synthetic world.', None)
+    steps: int = _arg('Optimizer steps (paper: 500)', 5)
+    num_generations: int = _arg('K, completions per prompt (paper: 8).', 4)
+    pairs_per_device: int = _arg("Prompt pairs (x, x') per device and step (paper: 4)", 1)
+    learning_rate: float = _arg('AdamW learning rate (paper: 1e-6).', 1e-6)
+    temperature: float = _arg('Sampling temperature (paper: 1.0)', 1.0)
+    beta: float = _arg('KL coefficient (paper: 0)', 0.0)
+    seed: int = _arg('Seed of the LoRA initialisation, the sampling and the data order.', 0)
+    label_noise: float = _arg('Accuracy reward only: fraction of flipped training labels (Section 5.4)', 0.0)
+    max_completion_length: int = _arg('New tokens per completion.', 32)
+    scale: str | None = _arg('"paper" / "mini" tag for the registry; None: inferred.', None)
+    run_name: str | None = _arg("The run folder's name; None: made from the parameters (runs.run_name).", None)
+    runs_dir: str | None = _arg('The runs folder; None: $CONSISTENCY_AMP_RUNS or <repo>/runs.', None)
+    resume: bool = _arg('Continue runs/<name> from its last checkpoint.', False)
+    overwrite: bool = _arg('Delete an existing runs/<name> and start again.', False)
+    save_steps: int = _arg('Checkpoint every N steps and at the end; 0: none (stop_after still saves)', 50)
+    keep_checkpoints: int | None = _arg('Newest checkpoints kept; None: all.', 2)
+    stop_after: int | None = _arg('Stop (with a checkpoint) after this many steps; resume later.', None)
+    report_to: str = _arg('"none", or transformers integrations joined by commas, e.g. "tensorboard,wandb".', "none")
+    gradient_checkpointing: bool | None = _arg('Recompute activations in the backward pass; None: on a GPU yes, on the CPU no.', None)
+    blind: bool = _arg('The blind control: every training image replaced by one grey image.', False)
+    marker_swap: bool = _arg("Beyond the paper: every x' also swaps the markers (closes the text-only shortcut; nbs/15_transforms.ipynb)", False)
+    trainer_args: dict | None = _arg('Further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}.', None)
 
     def __post_init__(self):
         kinds = {**dict.fromkeys(FLAG_PARAMS, "bool"), "gradient_checkpointing": "optional bool",
@@ -338,20 +342,38 @@ def argument_parser() -> argparse.ArgumentParser:
                     "torchrun --nproc_per_node N -m consistency_amp.training.train ...; accelerate launch --config_file "
                     "configs/accelerate/<config>.yaml -m consistency_amp.training.train ...",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--config", help="A YAML recipe of TrainParams fields (configs/train/*.yaml); flags given "
+                                         "on the command line override it.")
     choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=REWARDS, pairing=PAIRINGS)
     for f in fields(TrainParams):
         names = [f"--{f.name}"] + (["-K", "--K"] if f.name == "num_generations" else [])
         if f.name in FLAG_PARAMS:
-            parser.add_argument(*names, nargs="?", const="true", default=f.default, help=f"{f.name} (flag, or true/false)")
+            parser.add_argument(*names, nargs="?", const="true", default=f.default, help=f.metadata["help"] + " (a flag, or true/false)")
         else:
-            parser.add_argument(*names, default=f.default, choices=choices.get(f.name), dest=f.name,
-                                help=f"{f.name} (type {f.type})")
+            parser.add_argument(*names, default=f.default, choices=choices.get(f.name), dest=f.name, help=f.metadata["help"])
     return parser
 
 # %% ../../nbs/23_train_entry.ipynb #1a57b726
+def recipe(path) -> dict:
+    "The TrainParams fields of a YAML recipe; ValueError naming the file and any key that is not a field."
+    import yaml
+    path = resolve_path(path)
+    if not path.is_file(): raise ValueError(f"--config {os.fspath(path)!r}: no such file")
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict): raise ValueError(f"--config {os.fspath(path)!r}: expected a mapping of TrainParams fields")
+    names = [f.name for f in fields(TrainParams)]
+    if unknown := sorted(set(values) - set(names)):
+        raise ValueError(f"--config {os.fspath(path)!r}: {unknown} are not TrainParams fields; valid: {', '.join(names)}")
+    return values
+
 def parse_args(argv: list[str] | None = None) -> TrainParams:
-    "TrainParams from command-line arguments (strings converted and checked by TrainParams)."
-    return as_params(vars(argument_parser().parse_args(argv)))
+    "TrainParams from command-line arguments over an optional `--config` recipe (TRL's way: the flags win)."
+    parser = argument_parser()
+    known, _ = parser.parse_known_args(argv)
+    if known.config: parser.set_defaults(**recipe(known.config))
+    args = vars(parser.parse_args(argv))
+    args.pop("config")
+    return as_params(args)
 
 # %% ../../nbs/23_train_entry.ipynb #ba13882d
 def main(argv: list[str] | None = None) -> Path:

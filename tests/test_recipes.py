@@ -1,0 +1,57 @@
+"""The training recipes in configs/train/ (TRL's `--config recipe.yaml`): each builds a run, holds the settings it
+names exactly as the one definition in the code has them, and lets command-line flags override it."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from consistency_amp.core import NOISE_LEVELS, PAPER_JOINT_STEPS, PAPER_MODELS, PAPER_SETTINGS
+from consistency_amp.experiments.manifest import SCALE_SETTINGS
+from consistency_amp.training.train import TrainParams, parse_args
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = sorted((REPO / "configs" / "train").glob("*.yaml"))
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((REPO / "configs" / "train" / f"{name}.yaml").read_text())
+
+
+def test_the_recipes():
+    assert [p.stem for p in RECIPES] == ["mini", "paper", "paper_joint", "paper_label_noise"]
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_each_recipe_builds_a_run(path):
+    params = parse_args(["--config", str(path)])
+    assert isinstance(params, TrainParams)
+    assert all(getattr(params, k) == v for k, v in yaml.safe_load(path.read_text()).items())
+
+
+@pytest.mark.parametrize("name", ["paper", "paper_joint", "paper_label_noise"])
+def test_paper_recipes_hold_the_papers_settings(name):
+    recipe = load(name)
+    assert {k: recipe[k] for k in PAPER_SETTINGS if k != "steps"} == {k: v for k, v in PAPER_SETTINGS.items() if k != "steps"}
+    assert recipe["model"] == PAPER_MODELS["7B"] and recipe["scale"] == "paper"
+    assert recipe["steps"] == (PAPER_JOINT_STEPS if name != "paper" else PAPER_SETTINGS["steps"])
+    if name == "paper_label_noise": assert recipe["reward"] == "accuracy" and recipe["label_noise"] in NOISE_LEVELS
+
+
+def test_mini_recipe_is_the_registrys_mini_scale():
+    recipe, mini = load("mini"), SCALE_SETTINGS["mini"]
+    assert {k: recipe[k] for k in recipe if k in mini} == {k: mini[k] for k in recipe if k in mini}
+    assert len([k for k in recipe if k in mini]) >= 8
+
+
+def test_flags_override_the_recipe():
+    params = parse_args(["--config", str(REPO / "configs/train/paper.yaml"), "--task", "size", "--steps", "7", "-K", "4"])
+    assert (params.task, params.steps, params.num_generations, params.pairs_per_device) == ("size", 7, 4, 4)
+
+
+def test_bad_recipes_are_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: depth\nstepz: 3\n")
+    with pytest.raises(ValueError, match=r"bad.yaml.*\['stepz'\] are not TrainParams fields"):
+        parse_args(["--config", str(bad)])
+    with pytest.raises(ValueError, match="no such file"):
+        parse_args(["--config", str(tmp_path / "missing.yaml")])
