@@ -29,9 +29,9 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 # %% auto #0
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'DEFAULT_MAX_NEW_TOKENS', 'TASK_GROUPS', 'check_choices', 'resolve_tasks',
            'check_int', 'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples',
-           'transform_rng', 'answer_type_of', 'example_rows', 'GreedyDecoder', 'answer_examples', 'summarize',
-           'check_eval_params', 'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path', 'evaluate_run',
-           'model_kind', 'model_run_name', 'evaluate_model']
+           'transform_rng', 'answer_type_of', 'example_rows', 'GreedyDecoder', 'process_group', 'answer_examples',
+           'summarize', 'check_eval_params', 'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path',
+           'evaluate_run', 'model_kind', 'model_run_name', 'evaluate_model']
 
 # %% ../../nbs/30_evaluation.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -179,31 +179,57 @@ class GreedyDecoder:
             if training: self.model.train()
         return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
 
+# %% ../../nbs/30_evaluation.ipynb #47f3c1a0
+def process_group() -> tuple[int, int]:
+    "(rank, world size) of this process; under torchrun / accelerate (WORLD_SIZE > 1) the process group is started."
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1: return 0, 1
+    import torch, torch.distributed as dist
+    if not dist.is_initialized(): dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+def _gather(items: list) -> list:
+    "Every process's `items`, concatenated in rank order (the list itself in one process)."
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1: return items
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, items)
+    return [x for part in parts for x in part]
+
+def _barrier() -> None:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized(): dist.barrier()
+
 # %% ../../nbs/30_evaluation.ipynb #2611b7e5
 def _batches(items: Iterable, size: int) -> Iterator[list]:
     it = iter(items)
     while batch := list(islice(it, size)): yield batch
 
 def answer_examples(examples: Sequence[Example], completer, *, consistency_samples: int = 1, seed: int = 0,
-                    batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, desc: str | None = None) -> list[dict]:
-    "One record per example: the completions and parsed answers of x and of each x', then their scores against the ground truth."
+                    batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, desc: str | None = None,
+                    shard: tuple[int, int] = (0, 1)) -> list[dict]:
+    "One record per example: the completions and parsed answers of x and of each x', then their scores against the ground truth. `shard` (rank, world): this process answers every world-th batch; the answers are gathered."
     check_int("batch_size", batch_size, 1)
     check_int("consistency_samples", consistency_samples, 0)
     if not callable(getattr(completer, "complete", None)): raise ValueError("completer needs a `complete(rows)` method")
     records = [dict(uid=e.uid, task=e.task, source=e.source, answer_type=answer_type_of(e.task), draws=[]) for e in examples]
     rows = (dict(row, index=i) for i, e in enumerate(examples) for row in example_rows(e, consistency_samples, seed))
+    rank, world = shard
+    answered = []                                # (batch, position, row, completion) of this process's batches
     with tqdm(total=len(examples) * (1 + consistency_samples), desc=desc, unit="prompt", disable=not progress) as bar:
-        for batch in _batches(rows, batch_size):
+        for b, batch in enumerate(_batches(rows, batch_size)):
             if leaked := sorted({c for row in batch for c in LABEL_COLUMNS if c in row}):
                 raise AssertionError(f"prompt rows carry label columns {leaked}")
-            texts = list(completer.complete(batch))
-            if len(texts) != len(batch): raise ValueError(f"completer gave {len(texts)} completions for {len(batch)} prompts")
-            for row, text in zip(batch, texts):
-                record, answer = records[row["index"]], parse_answer(text, row["answer_type"])
-                if row["side"] == "original": record.update(completion=text, answer=answer)
-                else: record["draws"].append(dict(transform=row["transform"], relation=row["relation"],
-                                                  completion=text, answer=answer))
+            if b % world == rank:
+                texts = list(completer.complete(batch))
+                if len(texts) != len(batch): raise ValueError(f"completer gave {len(texts)} completions for {len(batch)} prompts")
+                answered += [(b, k, {key: row[key] for key in ("index", "side", "answer_type", "transform", "relation") if key in row},
+                              text) for k, (row, text) in enumerate(zip(batch, texts))]
             bar.update(len(batch))
+    for _, _, row, text in sorted(_gather(answered), key=lambda a: a[:2]):   # every process's answers, in one-process order
+        record, answer = records[row["index"]], parse_answer(text, row["answer_type"])
+        if row["side"] == "original": record.update(completion=text, answer=answer)
+        else: record["draws"].append(dict(transform=row["transform"], relation=row["relation"], completion=text, answer=answer))
     for record, e in zip(records, examples):     # the ground truth enters only now, after every answer is in
         kind = record["answer_type"]
         record.update(ground_truth=e.answer, accuracy=accuracy(record["answer"], e.answer, kind),
@@ -266,10 +292,11 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
         if processor is None: raise ValueError("a loaded model needs its processor: evaluate(model, processor, ...)")
         model = _load_adapter(model_or_name, adapter) if adapter is not None else model_or_name
         completer = GreedyDecoder(model, processor, p["max_new_tokens"])
-    records, results = [], []
+    records, results, shard = [], [], process_group()
     for (task, source), group in examples.items():
         answered = answer_examples(group, completer, consistency_samples=p["consistency_samples"], seed=p["seed"],
-                                   batch_size=p["batch_size"], progress=progress, desc=f"{task}/{source}")
+                                   batch_size=p["batch_size"], progress=progress and shard[0] == 0, desc=f"{task}/{source}",
+                                   shard=shard)
         records += answered
         results.append(summarize(answered, task, source))
     out = dict(run=None, model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter),
@@ -277,7 +304,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
                decoding=dict(greedy=True, do_sample=False, repetition_penalty=1.0, max_new_tokens=p["max_new_tokens"],
                              batch_size=p["batch_size"]),
                created_at=utc_now(), consistency_samples=p["consistency_samples"], seed=p["seed"],
-               max_examples=p["max_examples"], tasks=list(p["tasks"]), sources=list(p["sources"]),
+               max_examples=p["max_examples"], tasks=list(p["tasks"]), sources=list(p["sources"]), processes=shard[1],
                elapsed_s=round(time.perf_counter() - start, 3), results=results)
     return (out, records) if return_records else out
 
@@ -331,9 +358,11 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
                                 progress=progress, return_records=True, **p)
     results.update(run=record.name, eval_name=path.stem)
     if examples: results["examples"] = records          # per-example completions, answers and scores
-    write_json(path, results, overwrite=overwrite)
-    if record.kind != "train": write_status(record.path, "complete", 0)
-    else: write_model_card(record.path)                  # the adapter's card lists every evaluation
+    if process_group()[0] == 0:                            # sharded: every process has the results, the main one writes
+        write_json(path, results, overwrite=overwrite)
+        if record.kind != "train": write_status(record.path, "complete", 0)
+        else: write_model_card(record.path)              # the adapter's card lists every evaluation
+    _barrier()
     return path
 
 # %% ../../nbs/30_evaluation.ipynb #ca9ff708
@@ -365,9 +394,12 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
     check_eval_name(eval_name or default_eval_name(max_examples))
     wanted = dict(kind=kind, model=os.fspath(model), adapter=None if adapter is None else os.fspath(Path(adapter).resolve()))
     created = not (folder / PARAMS_FILE).is_file()
+    _barrier()                                       # every process has looked before the main one creates it
     if created:
-        create_run(name, wanted | dict(model_size=model_size(os.fspath(model)), seed=p["seed"],
-                                       data_root=None if data_root is None else os.fspath(data_root)), runs=runs_dir)
+        if process_group()[0] == 0:
+            create_run(name, wanted | dict(model_size=model_size(os.fspath(model)), seed=p["seed"],
+                                           data_root=None if data_root is None else os.fspath(data_root)), runs=runs_dir)
+        _barrier()
     else:
         stored = read_json(folder / PARAMS_FILE)
         if diff := [k for k in wanted if stored.get(k) != wanted[k]]:

@@ -1,0 +1,31 @@
+"""Evaluation sharded over two CPU processes under torchrun gives exactly the results of one process: the same
+numbers, the same completions of every example, in the same order (each batch is answered whole by one process)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ARGS = ["--model", "tiny-qwen2.5-vl", "--tasks", "depth,counting", "--sources", "SUNRGBD", "--max_examples", "5",
+        "--batch_size", "2", "--consistency_samples", "1", "--examples", "true"]
+
+
+def _evaluate(tmp: Path, runs: str, launcher: list[str]) -> dict:
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(launcher + ["-m", "consistency_amp.experiments.evaluate", *ARGS, "--runs_dir", str(tmp / runs)],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (written,) = (tmp / runs / "base-tiny" / "eval").glob("*.json")
+    return json.loads(written.read_text())
+
+
+def test_two_processes_equal_one(tmp_path):
+    one = _evaluate(tmp_path, "one", [sys.executable])
+    two = _evaluate(tmp_path, "two", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                      "--master_port", "29533"])
+    assert [r["n"] for r in one["results"]] == [r["n"] for r in two["results"]] and sum(r["n"] for r in one["results"]) >= 6
+    drop = ("elapsed_s", "created_at")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in one["results"]] == \
+           [{k: v for k, v in r.items() if k not in drop} for r in two["results"]]
+    assert (one["processes"], two["processes"]) == (1, 2)      # the second was sharded
+    assert one["examples"] == two["examples"]                  # every completion, every draw, in the same order
