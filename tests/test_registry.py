@@ -149,7 +149,8 @@ def test_needs_eval_and_mismatch(tmp_path):
     by_run = {p["run"]: line for p, line in zip(printed, lines)}
     assert other["name"] not in by_run and f"# not launched, mismatch: {other['name']}" in out.getvalue()
     assert by_run[spec["name"]].startswith("python -m consistency_amp.experiments.evaluate ")   # evaluation only: no training
-    assert "evaluate_run(" in by_run[spec["name"]] and "torchrun" not in by_run[spec["name"]]
+    assert f"-m consistency_amp.experiments.evaluate --run {spec['name']}" in by_run[spec["name"]]
+    assert "torchrun" not in by_run[spec["name"]]
 
 
 # ---------------------------------------------------------------- print mode

@@ -91,10 +91,10 @@ def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
     calls = []
     real = synthetic._write_split
 
-    def failing(tmp, config, source, split, count):
+    def failing(tmp, config, source, split, count, bar):
         calls.append(split)
         if len(calls) == 2: raise RuntimeError("disk full")
-        return real(tmp, config, source, split, count)
+        return real(tmp, config, source, split, count, bar)
 
     monkeypatch.setattr(synthetic, "_write_split", failing)
     with pytest.raises(RuntimeError, match="disk full"):
