@@ -30,10 +30,10 @@ from ..world.tasks import BOOLEAN_TASKS, TASKS
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'FLAG_PARAMS', 'report_integrations',
-           'model_size', 'TrainParams', 'as_params', 'world_size', 'start_run', 'train_examples', 'trainer_config',
-           'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run', 'run_training', 'argument_parser',
-           'recipe', 'parse_args', 'main', 'cli']
+__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'FLAG_PARAMS', 'SET_BY_PARAMS',
+           'report_integrations', 'model_size', 'TrainParams', 'as_params', 'world_size', 'start_run', 'train_examples',
+           'trainer_config', 'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run', 'run_training',
+           'argument_parser', 'recipe', 'trainer_flags', 'parse_args', 'main', 'cli']
 
 # %% ../../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -341,6 +341,9 @@ def argument_parser() -> argparse.ArgumentParser:
         description="Train one OT-GRPO / GRPO run into runs/<name>/ (see nbs/train.ipynb). Multi-GPU: "
                     "torchrun --nproc_per_node N -m consistency_amp.training.train ...; accelerate launch --config_file "
                     "configs/accelerate/<config>.yaml -m consistency_amp.training.train ...",
+        epilog="Every other field of OTGRPOConfig (TRL's GRPOConfig and transformers' TrainingArguments) is a flag too, "
+               "e.g. --gradient_accumulation_steps 2 --use_vllm true --lr_scheduler_type cosine; "
+               "python -m consistency_amp.training.trainer lists them.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", help="A YAML recipe of TrainParams fields (configs/train/*.yaml); flags given "
                                          "on the command line override it.")
@@ -366,13 +369,37 @@ def recipe(path) -> dict:
         raise ValueError(f"--config {os.fspath(path)!r}: {unknown} are not TrainParams fields; valid: {', '.join(names)}")
     return values
 
+# the OTGRPOConfig fields that TrainParams sets under its own names (a flag for them would say the same thing twice)
+SET_BY_PARAMS = {"max_steps": "steps", "output_dir": "runs_dir / run_name", "run_name": "run_name", "reward": "reward",
+                 "pairing": "pairing", "label_noise": "label_noise", "num_generations": "num_generations",
+                 "pairs_per_device": "pairs_per_device", "learning_rate": "learning_rate", "temperature": "temperature",
+                 "beta": "beta", "seed": "seed", "max_completion_length": "max_completion_length",
+                 "save_steps": "save_steps", "save_total_limit": "keep_checkpoints", "report_to": "report_to",
+                 "gradient_checkpointing": "gradient_checkpointing"}
+
+def trainer_flags(argv: list[str]) -> dict:
+    "The OTGRPOConfig (GRPOConfig, TrainingArguments) fields given as flags in `argv`, typed by transformers' parser."
+    if not argv: return {}
+    import argparse as _argparse
+    from transformers import HfArgumentParser
+    from consistency_amp.training.trainer import OTGRPOConfig
+    parser = HfArgumentParser(OTGRPOConfig, prog="python -m consistency_amp.training.train",
+                              usage="python -m consistency_amp.training.train [TrainParams flags] [OTGRPOConfig flags]")
+    for action in parser._actions: action.default = _argparse.SUPPRESS    # only what was given
+    given = vars(parser.parse_args(argv))
+    if twice := sorted(set(given) & set(SET_BY_PARAMS)):
+        raise ValueError(f"--{twice[0]} is set by --{SET_BY_PARAMS[twice[0]]}: give that instead")
+    return given
+
 def parse_args(argv: list[str] | None = None) -> TrainParams:
-    "TrainParams from command-line arguments over an optional `--config` recipe (TRL's way: the flags win)."
+    "TrainParams from command-line arguments over an optional `--config` recipe (TRL's way: the flags win); any other OTGRPOConfig field is a flag too."
     parser = argument_parser()
     known, _ = parser.parse_known_args(argv)
     if known.config: parser.set_defaults(**recipe(known.config))
-    args = vars(parser.parse_args(argv))
+    args, rest = parser.parse_known_args(argv)
+    args = vars(args)
     args.pop("config")
+    if extra := trainer_flags(rest): args["trainer_args"] = (_coerce(args["trainer_args"], "json") or {}) | extra
     return as_params(args)
 
 # %% ../../nbs/23_train_entry.ipynb #ba13882d
