@@ -10,7 +10,7 @@ from collections.abc import Hashable, Sequence
 
 # %% auto #0
 __all__ = ['REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS',
-           'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice', 'console_logging']
+           'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice', 'check_choices', 'console_logging']
 
 # %% ../nbs/04_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -18,6 +18,15 @@ def check_choice(param: str, value, valid: Sequence, note: str = ""):
     ok = isinstance(value, Hashable) and not isinstance(value, bool) and value in valid   # True == 1: no bools
     if not ok: raise ValueError(f"{param} must be one of {', '.join(map(repr, valid))}{note}; got {value!r}")
     return value
+
+# %% ../nbs/04_core.ipynb #626f8064
+def check_choices(param: str, values, valid: Sequence) -> tuple:
+    "`values` (one choice or several) as a tuple of distinct members of `valid`, each checked by `check_choice`."
+    values = (values,) if isinstance(values, str) else tuple(values)
+    if not values: raise ValueError(f"{param}: nothing chosen; choose from {', '.join(map(repr, valid))}")
+    for value in values: check_choice(param, value, valid)
+    if len(set(values)) != len(values): raise ValueError(f"{param}: {list(values)} names a choice twice")
+    return values
 
 # %% ../nbs/04_core.ipynb #5c04d931
 REWARDS = ("consistency", "accuracy")          # Section 4: label-free, and the ground-truth baseline

@@ -78,7 +78,7 @@ def test_existing_evaluation_is_not_overwritten(executed, monkeypatch):
 
 
 @pytest.mark.parametrize("parameters, message", [
-    (dict(tasks="height"), "valid choices: orientation, depth"),
+    (dict(tasks="height"), "tasks must be one of 'orientation', 'depth'"),
     (dict(run="no-such-run"), "is not a run folder"),
 ])
 def test_bad_parameters_stop_early(tmp_path, parameters, message):

@@ -226,9 +226,9 @@ def test_sampled_transformations_are_reproducible_and_per_example(splits):
 
 # ------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(tasks="height"), "valid choices: orientation, depth"),
+    (dict(tasks="height"), "tasks must be one of 'orientation', 'depth'"),
     (dict(tasks=[]), "nothing chosen"),
-    (dict(sources=["NYU"]), "valid choices: SUNRGBD, KITTI"),
+    (dict(sources=["NYU"]), "sources must be one of 'SUNRGBD', 'KITTI'; got 'NYU'"),
     (dict(batch_size=0), "batch_size must be an integer >= 1"),
     (dict(max_examples=0), "max_examples must be an integer >= 1 or None"),
     (dict(consistency_samples=-1), "consistency_samples must be"),

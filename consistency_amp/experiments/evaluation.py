@@ -21,32 +21,22 @@ from ..training.runs import (create_run, EVAL_DIR, model_tag, PARAMS_FILE, read_
 from ..training.model_card import write_model_card
 from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of
-from ..core import DEFAULT_MODEL, PAPER_MODELS, PAPER_SETTINGS, TINY_MODEL, check_choice
+from ..core import DEFAULT_MODEL, PAPER_MODELS, PAPER_SETTINGS, TINY_MODEL, check_choice, check_choices
 from ..training.train import model_size
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from ..reward.verifiers import accuracy, consistency, format_reward, parse_answer
 
 # %% auto #0
-__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'DEFAULT_MAX_NEW_TOKENS', 'TASK_GROUPS', 'check_choices', 'resolve_tasks',
-           'check_int', 'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples',
-           'transform_rng', 'answer_type_of', 'example_rows', 'GreedyDecoder', 'process_group', 'answer_examples',
-           'summarize', 'check_eval_params', 'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path',
-           'evaluate_run', 'model_kind', 'model_run_name', 'evaluate_model']
+__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'DEFAULT_MAX_NEW_TOKENS', 'TASK_GROUPS', 'resolve_tasks', 'check_int',
+           'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng',
+           'answer_type_of', 'example_rows', 'GreedyDecoder', 'process_group', 'answer_examples', 'summarize',
+           'check_eval_params', 'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path', 'evaluate_run',
+           'model_kind', 'model_run_name', 'evaluate_model']
 
 # %% ../../nbs/30_evaluation.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
 DEFAULT_BATCH_SIZE = 16               # prompts per `generate` call
 DEFAULT_MAX_NEW_TOKENS = PAPER_SETTINGS["max_completion_length"]   # training's completion length, the same for every model
-
-def check_choices(param: str, values, valid: Sequence[str]) -> tuple[str, ...]:
-    "`values` (one name or several) as a tuple of distinct members of `valid`; otherwise a ValueError listing the valid choices."
-    values = (values,) if isinstance(values, str) else tuple(values)
-    bad = [v for v in values if v not in valid]
-    if bad or not values:
-        raise ValueError(f"{param}: {'unknown ' + ', '.join(map(repr, bad)) if bad else 'nothing chosen'}; "
-                         f"valid choices: {', '.join(valid)}")
-    if len(set(values)) != len(values): raise ValueError(f"{param}: {list(values)} names a choice twice")
-    return values
 
 TASK_GROUPS = {"all": TASKS, "boolean": BOOLEAN_TASKS, "numeric": NUMERIC_TASKS}
 
