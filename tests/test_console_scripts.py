@@ -39,3 +39,18 @@ def test_extras_for_tracking_deepspeed_and_vllm():
     assert {"tracking", "deepspeed", "vllm"} <= set(extras)
     assert any(d.startswith("deepspeed") for d in extras["deepspeed"]) and any(d.startswith("vllm") for d in extras["vllm"])
     assert {"tensorboard", "wandb"} <= {d.split(">")[0].split("=")[0] for d in extras["tracking"]}
+
+
+def test_every_imported_package_is_declared():
+    "What the package imports (outside the standard library and itself) is a declared dependency, and the reverse."
+    import re
+    imported = set()
+    for path in (REPO / "consistency_amp").rglob("*.py"):
+        imported |= set(re.findall(r"^\s*(?:import|from) ([A-Za-z_]\w*)", path.read_text(), re.M))
+    imported -= set(sys.stdlib_module_names) | {"consistency_amp", "__future__"}
+    names = {"PIL": "pillow", "ot": "pot", "yaml": "pyyaml"}
+    declared = {re.split(r"[<>=!~ \[]", d)[0].lower() for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    assert {names.get(m, m).lower() for m in imported} <= declared, sorted({names.get(m, m).lower() for m in imported} - declared)
+    # papermill and ipykernel run the notebooks; safetensors is the adapter format peft writes (and the tests read)
+    unused = declared - {names.get(m, m).lower() for m in imported} - {"papermill", "ipykernel", "safetensors"}
+    assert not unused, unused
