@@ -21,6 +21,7 @@ import numpy as np
 from ..core import console_logging, NOISE_LEVELS   # Section 5.4: the flipped-label fractions
 from . import plotting
 from .manifest import SOURCE      # SUN RGB-D
+from .sampling import SAMPLED_EVAL_NAME, evaluate_sampled
 from .science import CONDITIONS, check_outcomes
 from ..world.synthetic import SyntheticConfig
 from ..world.tasks import BOOLEAN_TASKS
@@ -29,9 +30,9 @@ _logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['HEADLINE_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS', 'FULL_CONDITIONS',
-           'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'CONDITION_COLOURS',
-           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file',
-           'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals',
+           'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS',
+           'CONDITION_COLOURS', 'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir',
+           'eval_file', 'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals',
            'plot_task_accuracy', 'train_logs', 'save_figure', 'report', 'claim_rows', 'plot_claim_constancy',
            'argument_parser', 'main']
 
@@ -152,11 +153,15 @@ def experiment_dir(config: ExperimentConfig, runs_dir=None) -> Path:
 def eval_file(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, eval_name: str = EVAL_NAME) -> Path:
     return experiment_dir(config, runs_dir) / run_name_of(condition, seed) / "eval" / f"{eval_name}.json"
 
+# the conditions whose sampled answers are compared (`experiments.sampling`): the base, both rewards, the blind controls
+SAMPLED_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap")
+
 def eval_names(config: ExperimentConfig, condition: str) -> tuple[str, ...]:
-    "The evaluations a job leaves: the SUN RGB-D test split; also KITTI's for Figure 4 (the per-task runs and their bases)."
+    "The evaluations a job leaves: the SUN RGB-D test split; KITTI's for Figure 4 (the per-task runs and their bases); the sampled answers when every condition they compare is run."
     figures = any(c in PER_TASK_CONDITIONS for c in config.conditions)
     kitti = condition in PER_TASK_CONDITIONS or condition == "base_small" or (condition == "base" and figures)
-    return (EVAL_NAME, HELD_OUT_EVAL_NAME) if kitti else (EVAL_NAME,)
+    sampled = condition in SAMPLED_CONDITIONS and set(SAMPLED_CONDITIONS) <= set(config.conditions)
+    return (EVAL_NAME,) + ((HELD_OUT_EVAL_NAME,) if kitti else ()) + ((SAMPLED_EVAL_NAME,) if sampled else ())
 
 # %% ../../nbs/46_experiment.ipynb #90d78d69
 def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, progress: bool = False) -> Path:
@@ -174,15 +179,20 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
                   progress=progress)   # accuracy is scored on x alone: x' would double the cost
     where = {EVAL_NAME: dict(sources=(SOURCE,), data_root=root),
              HELD_OUT_EVAL_NAME: dict(sources=("KITTI",), data_root=default_world(world_config(config, source="KITTI")))}
+    sample = dict(data_root=root, max_new_tokens=config.max_completion_length)   # the sampled answers, x only
     if condition in EVALUATED_ONLY:
-        for name in todo: evaluate_model(EVALUATED_ONLY[condition](config), name, run_name=condition, kind="base",
-                                         runs_dir=folder, **shared | where[name])
+        model = EVALUATED_ONLY[condition](config)
+        for name in todo:
+            if name == SAMPLED_EVAL_NAME: evaluate_sampled(model, folder / condition, **sample)
+            else: evaluate_model(model, name, run_name=condition, kind="base", runs_dir=folder, **shared | where[name])
         return out
     params = train_params(config, condition, seed, root, folder)
     run = folder / params.name
     if not (run.exists() and read_run(run).complete):
         run_training(params, resume=run.exists())
-    for name in todo: evaluate_run(run, name, runs_dir=folder, **shared | where[name])
+    for name in todo:
+        if name == SAMPLED_EVAL_NAME: evaluate_sampled(config.model, run, adapter=run / "adapter", **sample)
+        else: evaluate_run(run, name, runs_dir=folder, **shared | where[name])
     return out
 
 # %% ../../nbs/46_experiment.ipynb #f3a360cb

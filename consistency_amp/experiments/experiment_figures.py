@@ -11,14 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, ExperimentConfig, eval_file, jobs,
-                                        save_figure)
+from .experiment import (CONDITION_COLOURS, EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS,
+                                                    SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs, save_figure)
+from .sampling import SAMPLED_EVAL_NAME
 from .science import bootstrap
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['SIZES', 'BASE_TITLES', 'REWARD_COLOURS', 'correctness', 'same_task_rows', 'transfer_rows', 'plot_same_task',
-           'plot_transfer', 'report_figures']
+__all__ = ['SIZES', 'BASE_TITLES', 'REWARD_COLOURS', 'SAMPLED_LABELS', 'correctness', 'same_task_rows', 'transfer_rows',
+           'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures']
 
 # %% ../../nbs/47_experiment_figures.ipynb #e46f6058
 def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_NAME, runs_dir=None):
@@ -123,6 +124,60 @@ def plot_transfer(rows: list[dict], title: str):
     fig.tight_layout()
     return fig
 
+# %% ../../nbs/47_experiment_figures.ipynb #8c5afab0
+def _fraction_interval(data: dict, statistic, resamples: int, seed: int = 0) -> dict:
+    "`statistic` of {name: seeds x questions fractions} and its 95% percentile interval over seed-and-question resamples."
+    rng, n = np.random.default_rng(seed), next(iter(data.values())).shape[1]
+    draws = []
+    for _ in range(resamples):
+        cols = rng.integers(n, size=n)
+        draws.append(statistic({k: a[rng.integers(len(a), size=len(a))][:, cols].mean() for k, a in data.items()}))
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return dict(value=float(statistic({k: a.mean() for k, a in data.items()})), low=float(low), high=float(high))
+
+def sampled_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 1000) -> list[dict]:
+    "Per condition of SAMPLED_CONDITIONS that has sampled answers: sampled and majority-of-K accuracy, and the change in sampled accuracy against the base, with intervals."
+    data = {}
+    for condition in SAMPLED_CONDITIONS:
+        for c, seed in jobs(replace(config, conditions=(condition,))):
+            if (path := eval_file(config, c, seed, runs_dir, SAMPLED_EVAL_NAME)).is_file():
+                records = sorted(json.loads(path.read_text())["examples"], key=lambda r: r["uid"])
+                data.setdefault(condition, []).append([[r["sampled"] for r in records], [r["majority"] for r in records]])
+    if "base" not in data: return []
+    arrays = {c: (np.asarray([s[0] for s in seeds]), np.asarray([s[1] for s in seeds])) for c, seeds in data.items()}
+    rows = []
+    for c, (sampled, majority) in arrays.items():
+        rows.append(dict(condition=c, seeds=len(sampled), n=sampled.shape[1], per_seed=sampled.mean(1).tolist())
+                    | {f"sampled_{k}": v for k, v in _fraction_interval({"c": sampled}, lambda m: m["c"], resamples).items()}
+                    | {f"majority_{k}": v for k, v in _fraction_interval({"c": majority}, lambda m: m["c"], resamples).items()}
+                    | {f"gain_{k}": v for k, v in _fraction_interval({"c": sampled, "b": arrays["base"][0]},
+                                                                     lambda m: m["c"] - m["b"], resamples).items()})
+    return rows
+
+# %% ../../nbs/47_experiment_figures.ipynb #4c98e7eb
+SAMPLED_LABELS = {"base": "base", "accuracy": "accuracy reward", "consistency": "consistency\n(paper's set)",
+                  "blind": "blind\n(paper's set)", "consistency_marker_swap": "consistency\n(marker swap)",
+                  "blind_marker_swap": "blind\n(marker swap)"}
+
+def plot_sampled(rows: list[dict], title: str = "The sampled answers: one sample at T = 1, and the majority of 8"):
+    "Sampled and majority-of-8 accuracy per condition, with intervals and seeds; the figure."
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    for ax, key, name in zip(axes, ("sampled", "majority"), ("one sample at T = 1", "majority of 8 samples")):
+        for i, r in enumerate(rows):
+            colour = CONDITION_COLOURS.get(r["condition"], "0.3")
+            ax.bar(i, r[f"{key}_value"], 0.6, color=colour, alpha=0.35)
+            ax.errorbar(i, r[f"{key}_value"], [[r[f"{key}_value"] - r[f"{key}_low"]], [r[f"{key}_high"] - r[f"{key}_value"]]],
+                        color=colour, capsize=3, lw=1.2)
+            if key == "sampled" and r["seeds"] > 1: ax.scatter([i] * r["seeds"], r["per_seed"], s=10, color=colour, zorder=3)
+        base = next(r for r in rows if r["condition"] == "base")[f"{key}_value"]
+        ax.axhline(base, color="0.4", lw=0.8, ls="--")
+        ax.set_xticks(range(len(rows)), [SAMPLED_LABELS.get(r["condition"], r["condition"]) for r in rows], fontsize=7)
+        ax.set(title=f"{name} (n = {rows[0]['n']} questions)", ylim=(0.45, 0.75), ylabel="accuracy")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
 # %% ../../nbs/47_experiment_figures.ipynb #9440dd92
 def _write(fig, rows: list[dict], out: Path, name: str) -> list[Path]:
     import csv
@@ -143,4 +198,6 @@ def report_figures(config: ExperimentConfig, runs_dir=None, out_dir="figures", r
                                    ("science_fig4_cross_domain", HELD_OUT_EVAL_NAME, "Figure 4 in miniature: the held-out source (KITTI)")):
         if rows := transfer_rows(config, eval_name, runs_dir, resamples):
             paths += _write(plot_transfer(rows, title), rows, out, name)
+    if rows := sampled_rows(config, runs_dir, resamples):
+        paths += _write(plot_sampled(rows), rows, out, "science_sampled")
     return paths
