@@ -19,7 +19,7 @@ from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
 __all__ = ['SIZES', 'BASE_TITLES', 'REWARD_COLOURS', 'SAMPLED_LABELS', 'correctness', 'same_task_rows', 'transfer_rows',
-           'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures']
+           'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures', 'sampled_summary']
 
 # %% ../../nbs/47_experiment_figures.ipynb #e46f6058
 def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_NAME, runs_dir=None):
@@ -201,3 +201,22 @@ def report_figures(config: ExperimentConfig, runs_dir=None, out_dir="figures", r
     if rows := sampled_rows(config, runs_dir, resamples):
         paths += _write(plot_sampled(rows), rows, out, "science_sampled")
     return paths
+
+# %% ../../nbs/47_experiment_figures.ipynb #6632b10b
+def sampled_summary(csv_path) -> str:
+    "One paragraph on the sampled answers from a stored `science_sampled.csv`: each condition's gain over the base, with intervals."
+    import csv
+    rows = {r["condition"]: r for r in csv.DictReader(open(csv_path))}
+    pp = lambda r, k: 100 * float(r[f"{k}_value"])
+    def gain(c):
+        r = rows[c]
+        return f"{pp(r, 'gain'):+.1f} pp [{100 * float(r['gain_low']):+.1f}, {100 * float(r['gain_high']):+.1f}]"
+    base = rows["base"]
+    parts = [f"one sampled answer of the base is right {pp(base, 'sampled'):.1f}% of the time (n = {base['n']} questions, 8 "
+             f"samples each at T = 1; the majority of 8: {pp(base, 'majority'):.1f}%)"]
+    parts += [f"{SAMPLED_LABELS[c].replace(chr(10), ' ')}: {gain(c)}" for c in SAMPLED_CONDITIONS if c in rows and c != "base"]
+    text = "; ".join(parts) + " (means over seeds, 95% intervals over seeds and questions)."
+    if "accuracy" in rows and "consistency_marker_swap" in rows and pp(rows["accuracy"], "gain") > 0:
+        text += (f" Sampled-answer gain ratio, consistency with the marker swap over accuracy: "
+                 f"{pp(rows['consistency_marker_swap'], 'gain') / pp(rows['accuracy'], 'gain'):.2f} (paper, on greedy answers: 0.83-0.87).")
+    return text
