@@ -13,7 +13,7 @@ from ..files import write_atomically
 from .runs import ADAPTER_CONFIG, ADAPTER_DIR, EVAL_DIR, PARAMS_FILE, read_json
 
 # %% auto #0
-__all__ = ['PAPER', 'CARD_PARAMS', 'portable_base', 'model_card', 'write_model_card']
+__all__ = ['PAPER', 'CARD_PARAMS', 'portable_base', 'model_card', 'write_model_card', 'push_adapter']
 
 # %% ../../nbs/22b_model_card.ipynb #c771f914
 def portable_base(adapter_dir, model: str) -> Path:
@@ -82,3 +82,12 @@ def write_model_card(run_dir) -> Path | None:
     if not (adapter / ADAPTER_CONFIG).is_file(): return None
     card = model_card(run_dir)
     return write_atomically(adapter / "README.md", lambda tmp: Path(tmp).write_text(card))
+
+# %% ../../nbs/22b_model_card.ipynb #0868bee8
+def push_adapter(adapter_dir, repo_id: str, token: str | None = None, private: bool | None = None) -> str:
+    "Upload the adapter folder (weights, config, processor, model card) to the Hub model repository `repo_id`; its URL."
+    import huggingface_hub
+    huggingface_hub.create_repo(repo_id, token=token, private=private, exist_ok=True)
+    info = huggingface_hub.upload_folder(repo_id=repo_id, folder_path=os.fspath(adapter_dir), token=token,
+                                         commit_message="consistency_amp: the trained adapter and its model card")
+    return getattr(info, "commit_url", str(info))

@@ -247,12 +247,12 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
 # %% ../../nbs/23_train_entry.ipynb #3738326b
 def save_final_adapter(trainer, run_dir: str | os.PathLike, model: str | None = None) -> Path | None:
     "Save the trained adapter with `trainer.save_model` (LoRA weights, processor; gathered under ZeRO-3) into `run_dir`/adapter, atomically, with its base model `model` recorded and a model card; the folder on the main process."
-    from consistency_amp.training.model_card import portable_base, write_model_card
+    from consistency_amp.training.model_card import portable_base, push_adapter, write_model_card
     main = trainer.accelerator.is_main_process
     final, staging = Path(run_dir) / ADAPTER_DIR, Path(run_dir) / ".adapter.partial"   # the same path on every process
     if main and staging.exists(): shutil.rmtree(staging)
     trainer.accelerator.wait_for_everyone()
-    trainer.save_model(str(staging))              # every process (a collective under ZeRO-3); the main one writes
+    trainer.save_model(str(staging), _internal_call=True)   # every process (a collective under ZeRO-3); no push of checkpoints
     if not main: return None
     try:
         if model is not None: portable_base(staging, model)
@@ -264,6 +264,9 @@ def save_final_adapter(trainer, run_dir: str | os.PathLike, model: str | None = 
         if staging.exists(): shutil.rmtree(staging, ignore_errors=True)
     if not (final / ADAPTER_WEIGHTS).is_file(): raise RuntimeError(f"{final} has no {ADAPTER_WEIGHTS} after saving")
     write_model_card(run_dir)
+    if trainer.args.push_to_hub:                  # --push_to_hub true [--hub_model_id user/name]: the adapter folder
+        push_adapter(final, trainer.args.hub_model_id or Path(run_dir).name, trainer.args.hub_token,
+                     trainer.args.hub_private_repo)
     return final
 
 # %% ../../nbs/23_train_entry.ipynb #f352ef9f
