@@ -206,8 +206,17 @@ def write_status(run_dir: str | os.PathLike, state: str, step: int | None = None
     return status
 
 # %% ../../nbs/22_runs.ipynb #2fee9e71
+def _data_identity(data_root):
+    "A data root as a resume compares it: a synthetic world by its config (its folder moves with the checkout, its name with the numpy/Pillow versions), anything else by its path."
+    if not data_root: return data_root
+    from consistency_amp.world.synthetic import WORLD_MARKER   # imported late: reading runs stays light
+    try: return {"synthetic world": json.loads((Path(data_root) / WORLD_MARKER).read_text())["config"]}
+    except (OSError, ValueError, KeyError, TypeError): return data_root
+
 def _experiment(params: dict) -> dict:
-    return {k: v for k, v in params.items() if k not in OPERATIONAL_KEYS + METADATA_KEYS}
+    out = {k: v for k, v in params.items() if k not in OPERATIONAL_KEYS + METADATA_KEYS}
+    if "data_root" in out: out["data_root"] = _data_identity(out["data_root"])
+    return out
 
 def _check_params(params: dict) -> dict:
     if not isinstance(params, dict): raise ValueError(f"params must be a dict, got {type(params).__name__}")
