@@ -12,7 +12,8 @@ import torch
 from consistency_amp.experiments import evaluation as ev
 from consistency_amp.training.models import TINY_MODEL, load_processor
 from consistency_amp.world.prompts import LABEL_COLUMNS
-from consistency_amp.training.runs import ADAPTER_DIR, create_run, EVAL_DIR, read_json, read_run, write_status
+from consistency_amp.training.runs import ADAPTER_DIR, create_run, EVAL_DIR, read_json, write_status
+from consistency_amp.training.run_records import read_run
 from consistency_amp.world.synthetic import default_world, make_synthetic_world
 from consistency_amp.world.task_splits import TaskSplit, build_task_splits
 from consistency_amp.world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS

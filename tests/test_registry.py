@@ -16,7 +16,8 @@ from consistency_amp.experiments.launcher import launch_missing, missing_runs
 from consistency_amp.experiments.manifest import EXTERNAL_BASELINES, manifest
 from consistency_amp.experiments.results import RESULT_COLUMNS, fixture_result, results_table, write_fixture_run
 from consistency_amp.experiments.status import manifest_status, spec_params, status_summary
-from consistency_amp.training.runs import create_run, read_run, write_json
+from consistency_amp.training.runs import create_run, write_json
+from consistency_amp.training.run_records import read_run
 from consistency_amp.world.tasks import BOOLEAN_TASKS
 
 REPO = Path(__file__).resolve().parents[1]

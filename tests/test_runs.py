@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from consistency_amp.training.runs import (create_run, list_runs, PARAM_KEYS, read_json, read_run, STATUS_FILE,
-                                           write_json, write_status)
+from consistency_amp.training.runs import create_run, PARAM_KEYS, read_json, STATUS_FILE, write_json, write_status
+from consistency_amp.training.run_records import list_runs, read_run
 
 TINY = dict(task="depth", source="SUNRGBD", reward="consistency", pairing="minimal", model="tiny-qwen2.5-vl",
             model_size="tiny", data_root=None, steps=4, num_generations=2, pairs_per_device=1, learning_rate=1e-6,

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from consistency_amp.training.runs import ADAPTER_WEIGHTS, read_json, read_jsonl, read_run, REQUIRED_LOG_FIELDS
+from consistency_amp.training.runs import ADAPTER_WEIGHTS, read_json, read_jsonl, REQUIRED_LOG_FIELDS
+from consistency_amp.training.run_records import read_run
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ["--task", "depth", "--steps", "2", "-K", "2", "--pairs_per_device", "1", "--max_completion_length", "8",

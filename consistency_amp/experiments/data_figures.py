@@ -20,7 +20,7 @@ from .figure_data import base_spec, check_results, paper_numbers, select, train_
 from .paper_comparison import markdown_table
 from ..files import write_atomically
 from ..world.prompts import PromptPair, load_rgb, make_prompt, make_prompt_pair
-from ..training.runs import read_run
+from ..training.run_records import read_run
 from ..world.task_splits import build_examples_by_task, build_task_splits, dataset_statistics
 from ..world.tasks import BOOLEAN_TASKS, RELATION_PHRASES, TASKS, Example
 from ..world.transforms import Transform, apply_transform, negations, relation_of

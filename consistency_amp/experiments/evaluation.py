@@ -16,8 +16,9 @@ import numpy as np
 from tqdm import tqdm
 
 from ..world.prompts import ANSWER_TYPE, LABEL_COLUMNS, load_rgb, make_prompt, make_prompt_pair
-from ..training.runs import (create_run, EVAL_DIR, model_tag, PARAMS_FILE, read_json, read_run,
-                                           resolve_path, RUN_NAME_RE, run_path, utc_now, write_json, write_status)
+from ..training.runs import (create_run, EVAL_DIR, model_tag, PARAMS_FILE, read_json, resolve_path,
+                                           RUN_NAME_RE, run_path, utc_now, write_json, write_status)
+from ..training.run_records import read_run
 from ..training.model_card import write_model_card
 from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of

@@ -167,7 +167,7 @@ def eval_names(config: ExperimentConfig, condition: str) -> tuple[str, ...]:
 def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, progress: bool = False) -> Path:
     "Train (unless base) and evaluate one condition and seed; the evaluation file. Finished work is reused, never redone."
     from consistency_amp.experiments.evaluation import evaluate_model, evaluate_run
-    from consistency_amp.training.runs import read_run
+    from consistency_amp.training.run_records import read_run
     from consistency_amp.world.synthetic import default_world
     from consistency_amp.training.train import run_training
     out = eval_file(config, condition, seed, runs_dir)
@@ -292,7 +292,7 @@ def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
 # %% ../../nbs/46_experiment.ipynb #db66ea42
 def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency_marker_swap", "blind"), runs_dir=None) -> dict[str, list[dict]]:
     "The train_log.jsonl records of the finished runs of `conditions`, by run name."
-    from consistency_amp.training.runs import read_run
+    from consistency_amp.training.run_records import read_run
     folder = experiment_dir(config, runs_dir)
     return {name: read_run(folder / name).train_log for c in conditions if c in config.conditions for s in config.seeds
             if (folder / (name := run_name_of(c, s))).is_dir()}

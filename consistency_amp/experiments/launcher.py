@@ -16,7 +16,8 @@ from pathlib import Path
 from ..core import check_choice
 from .manifest import DATA_ROOT_PLACEHOLDER, Manifest, manifest
 from .status import _records, LAUNCHABLE, manifest_status, spec_status
-from ..training.runs import read_run, runs_dir as resolve_runs_dir
+from ..training.run_records import read_run
+from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
 __all__ = ['LAUNCHERS', 'ACCELERATE_CONFIG', 'LOG_DIR', 'missing_runs', 'train_command', 'eval_command', 'run_command',

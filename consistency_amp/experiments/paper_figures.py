@@ -20,7 +20,7 @@ from .figure_data import (base_spec, Cell, check_results, figure_data, mean_of, 
 from .plotting import (COLORS, DIAGONAL_GREY, draw_bar, draw_heatmap, FIGURE_TASKS, gid,
                                                   grouped_bars, HEATMAP_CMAP, legend_handles, METHODS, MISSING_STYLE,
                                                   padded_limits, SERIES_LABELS, size_label, source_label, TASK_LABELS)
-from ..training.runs import read_run
+from ..training.run_records import read_run
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS
 
 # %% auto #0

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from .manifest import HELD_OUT_SOURCE, scale_models, SOURCE
-from ..training.runs import list_runs, RunRecord, TRAIN_REQUIRED_KEYS
+from ..training.run_records import list_runs, RunRecord
+from ..training.runs import TRAIN_REQUIRED_KEYS
 from ..world.tasks import TASKS
 
 # %% auto #0

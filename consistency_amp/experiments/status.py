@@ -14,7 +14,8 @@ import pandas as pd
 from .manifest import (check_figures, DATA_ROOT_PLACEHOLDER, FIGURES, manifest, Manifest,
                                                   TRAIN_IDENTITY_KEYS)
 from .results import _params_problems, fixture_result, results_table, write_fixture_run
-from ..training.runs import list_runs, resolve_path, RunRecord
+from ..training.run_records import list_runs, RunRecord
+from ..training.runs import resolve_path
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -25,11 +24,11 @@ from ..files import repo_root, resolve_path, write_atomically   # runs.repo_root
 __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADAPTER_DIR', 'CHECKPOINTS_DIR', 'EVAL_DIR',
            'ADAPTER_WEIGHTS', 'ADAPTER_CONFIG', 'RUN_KINDS', 'RUN_STATES', 'PARAM_KEYS', 'TRAIN_REQUIRED_KEYS',
            'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'OPERATIONAL_KEYS', 'LATER_PARAMS',
-           'CHECKPOINT_RE', 'TRAINER_STATE_FILE', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'RUN_FILES',
-           'runs_dir', 'utc_now', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl',
-           'truncate_train_log', 'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag',
-           'run_name', 'run_path', 'write_status', 'create_run', 'checkpoints', 'checkpoint_step', 'last_checkpoint',
-           'is_step_log', 'train_log_record', 'RunRecord', 'read_run', 'list_runs']
+           'CHECKPOINT_RE', 'TRAINER_STATE_FILE', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'runs_dir',
+           'utc_now', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl', 'truncate_train_log',
+           'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag', 'run_name', 'run_path',
+           'write_status', 'create_run', 'checkpoints', 'checkpoint_step', 'last_checkpoint', 'is_step_log',
+           'train_log_record']
 
 # %% ../../nbs/22_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -328,104 +327,3 @@ def train_log_record(logs: dict, step: int, step_time_s: float | None = None) ->
     record["step_time_s"] = None if step_time_s is None else round(float(step_time_s), 4)
     record.update({k: v for k, v in logs.items() if k not in record})
     return jsonable(record)
-
-# %% ../../nbs/22_runs.ipynb #e094c04e
-@dataclass
-class RunRecord:
-    "What a run folder holds (see `read_run`)."
-    path: Path
-    params: dict | None = None
-    status: dict | None = None
-    train_log: list[dict] = field(default_factory=list)
-    evals: dict[str, dict] = field(default_factory=dict)
-    adapter: Path | None = None             # the adapter folder, if it holds adapter_model.safetensors
-    checkpoints: list[Path] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def name(self) -> str: return self.path.name
-    @property
-    def kind(self) -> str | None: return (self.params or {}).get("kind")
-    @property
-    def state(self) -> str | None: return (self.status or {}).get("state")
-    @property
-    def last_step(self) -> int: return self.train_log[-1]["step"] if self.train_log else 0
-
-    @property
-    def complete(self) -> bool:
-        "Training run: status complete and adapter weights present; evaluation-only run: an evaluation file exists."
-        if self.kind in ("base", "external"): return bool(self.evals)
-        return self.state == "complete" and self.adapter is not None
-
-    def __repr__(self) -> str:
-        return (f"RunRecord({self.name!r}, kind={self.kind!r}, state={self.state!r}, steps={self.last_step}, "
-                f"evals={sorted(self.evals)}, complete={self.complete}, missing={self.missing}, problems={self.problems})")
-
-# %% ../../nbs/22_runs.ipynb #5c45a3a4
-def _read_json_into(path: Path, record: RunRecord):
-    if not path.is_file():
-        record.missing.append(str(path.relative_to(record.path))); return None
-    try:
-        value = read_json(path)
-    except (ValueError, OSError) as e:
-        record.problems.append(f"{path.relative_to(record.path)}: unreadable ({e})"); return None
-    if not isinstance(value, dict):
-        record.problems.append(f"{path.relative_to(record.path)}: not a JSON object"); return None
-    return value
-
-def _check_log(record: RunRecord) -> None:
-    steps = [r.get("step") for r in record.train_log]
-    if any(not isinstance(s, int) for s in steps):
-        record.problems.append(f"{TRAIN_LOG_FILE}: lines without an integer step"); return
-    if steps != list(range(1, len(steps) + 1)):
-        record.problems.append(f"{TRAIN_LOG_FILE}: steps are not 1, 2, ..., {len(steps)} (got {steps[:8]}"
-                               f"{'...' if len(steps) > 8 else ''})")
-    if record.train_log and (absent := [f for f in REQUIRED_LOG_FIELDS if f not in record.train_log[-1]]):
-        record.problems.append(f"{TRAIN_LOG_FILE}: last line lacks {absent}")
-
-def read_run(path: str | os.PathLike) -> RunRecord:
-    "Everything the run folder `path` holds, with what is missing and what is inconsistent; never raises on a damaged run."
-    path = Path(path)
-    record = RunRecord(path=path)
-    if not path.is_dir():
-        record.missing.append(f"{path} (no such folder)"); return record
-    record.params = _read_json_into(path / PARAMS_FILE, record)
-    record.status = _read_json_into(path / STATUS_FILE, record)
-    kind = record.kind or "train"
-    if record.status is not None and record.status.get("state") not in RUN_STATES:
-        record.problems.append(f"{STATUS_FILE}: state {record.status.get('state')!r} is not one of {RUN_STATES}")
-    if kind == "train":
-        log = path / TRAIN_LOG_FILE
-        if log.is_file():
-            try:
-                record.train_log, problems = read_jsonl(log)
-                record.problems += problems
-            except OSError as e: record.problems.append(f"{TRAIN_LOG_FILE}: unreadable ({e})")
-            _check_log(record)
-        else: record.missing.append(TRAIN_LOG_FILE)
-        adapter = path / ADAPTER_DIR
-        for f in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
-            if not (adapter / f).is_file(): record.missing.append(f"{ADAPTER_DIR}/{f}")
-        record.adapter = adapter if (adapter / ADAPTER_WEIGHTS).is_file() else None
-        record.checkpoints = checkpoints(path)
-        if record.state == "complete" and record.adapter is None:
-            record.problems.append(f"{STATUS_FILE} says complete but {ADAPTER_DIR}/{ADAPTER_WEIGHTS} is missing")
-        if record.status and record.train_log and record.status.get("step", 0) > record.last_step:
-            record.problems.append(f"{STATUS_FILE} is at step {record.status['step']} but {TRAIN_LOG_FILE} ends at "
-                                   f"step {record.last_step}")
-    for f in sorted((path / EVAL_DIR).glob("*.json")) if (path / EVAL_DIR).is_dir() else []:
-        if (value := _read_json_into(f, record)) is not None: record.evals[f.stem] = value
-    if not record.evals: record.missing.append(f"{EVAL_DIR}/*.json")
-    return record
-
-# %% ../../nbs/22_runs.ipynb #75f70a17
-RUN_FILES = (PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, ADAPTER_DIR, EVAL_DIR)
-
-def list_runs(runs: str | os.PathLike | None = None) -> list[RunRecord]:
-    "`read_run` of every run folder under `runs_dir(runs)` (folders holding any run file; hidden folders skipped), by name."
-    root = runs_dir(runs)
-    if not root.is_dir(): return []
-    folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
-               and any((p / f).exists() for f in RUN_FILES)]
-    return [read_run(p) for p in sorted(folders)]
