@@ -19,7 +19,7 @@ TINY = dict(task="depth", source="SUNRGBD", reward="consistency", pairing="minim
 
 def test_reading_runs_imports_neither_torch_nor_transformers(tmp_path):
     create_run("r", TINY, runs=tmp_path)
-    code = ("import sys; from consistency_amp.training.runs import list_runs, read_run; "
+    code = ("import sys; from consistency_amp.training.run_records import list_runs, read_run; "
             f"runs = list_runs({str(tmp_path)!r}); assert [r.name for r in runs] == ['r'], runs; "
             "heavy = [m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules]; "
             "assert not heavy, heavy")
