@@ -13,18 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTICE = "<!-- generated from nbs/index.ipynb by tools/make_readme.py: edit the notebook, not this file -->\n\n"
 SCIENCE_MARK = "<!-- science summary -->"   # in nbs/index.ipynb: replaced by the paragraph figures/science.csv supports
 SCIENCE_CSV = ROOT / "figures" / "science.csv"
-SAMPLED_CSV = ROOT / "figures" / "science_sampled.csv"   # written by `--full`: the sampled answers
+SAMPLED_CSV = ROOT / "figures" / "science_sampled.csv"   # the sampled answers (the default runs them)
 
 def science_paragraph() -> str:
-    "The miniature experiment's result in one paragraph, from the stored table (consistency_amp.experiments.science.science_summary)."
+    "The miniature experiment's result in one paragraph, from the stored tables (consistency_amp.experiments.experiment_figures.miniature_summary)."
     if not SCIENCE_CSV.exists(): return "*The miniature experiment has not been run: `bash tools/reproduce.sh` runs it.*"
-    from consistency_amp.experiments.science import science_summary
-    text = "**What the miniature shows** (`figures/science.md`, made by `bash tools/reproduce.sh` on a 2-core CPU): " + science_summary(SCIENCE_CSV)
-    if SAMPLED_CSV.exists():
-        from consistency_amp.experiments.experiment_figures import sampled_summary
-        text += ("\n\n**What does reproduce: the sampled answers** (`figures/science_sampled.png`, made by "
-                 "`bash tools/reproduce.sh --full`): GRPO trains the answers a model samples, and " + sampled_summary(SAMPLED_CSV))
-    return text
+    from consistency_amp.experiments.experiment_figures import miniature_summary
+    return ("**What the miniature shows** (`figures/science.md` and `figures/science_sampled.png`, made by "
+            "`bash tools/reproduce.sh` on a 2-core CPU): " + miniature_summary(SCIENCE_CSV, SAMPLED_CSV))
 
 def render() -> str:
     nb = nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4)

@@ -29,7 +29,7 @@ from ..world.tasks import BOOLEAN_TASKS
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['HEADLINE_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS', 'FULL_CONDITIONS',
+__all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS', 'FULL_CONDITIONS',
            'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS',
            'CONDITION_COLOURS', 'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir',
            'eval_file', 'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals',
@@ -39,9 +39,12 @@ __all__ = ['HEADLINE_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', '
 # %% ../../nbs/46_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
 
-HEADLINE_CONDITIONS = ("base", "accuracy", "consistency", "blind")   # the default: the paper's claim and the blind control
-SCIENCE_CONDITIONS = HEADLINE_CONDITIONS + ("consistency_marker_swap", "consistency_random", "consistency_one_to_all",
-                                            "blind_marker_swap", "no_ability_base", "no_ability_consistency") + tuple(
+# The default: the base, the accuracy reward, and the label-free consistency reward with its blind control, in the
+# form that measures something here: with the marker swap on every pair (the paper's own set collapses in miniature,
+# `figures/README.md`; it runs under --full). Their sampled answers are evaluated too (SAMPLED_CONDITIONS, below).
+DEFAULT_CONDITIONS = ("base", "accuracy", "consistency_marker_swap", "blind_marker_swap")
+SCIENCE_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap",
+                      "consistency_random", "consistency_one_to_all", "no_ability_base", "no_ability_consistency") + tuple(
     f"accuracy_noise{p:g}" for p in NOISE_LEVELS)                   # the science table's rows (`consistency_amp.experiments.science`)
 # Figures 2-4 in miniature: each boolean task trained alone, with each reward, from each base ("_small": the base that
 # stands in for 3B), evaluated on every task and on the held-out source; {condition: (task, reward, start)}
@@ -58,7 +61,7 @@ class ExperimentConfig:
     val_world_seed: int = _f(1, "seed of the val world the settings were chosen on (never reported)")
     images: int = _f(2400, "images of the synthetic SUN RGB-D world; task_splits holds 20% of them out per task")
     seeds: tuple = _f((0, 1, 2), "training seeds of every trained condition")
-    conditions: tuple = _f(HEADLINE_CONDITIONS, f"conditions to run; valid: {', '.join(FULL_CONDITIONS)}")
+    conditions: tuple = _f(DEFAULT_CONDITIONS, f"conditions to run; valid: {', '.join(FULL_CONDITIONS)}")
     steps: int = _f(80, "GRPO steps of each run (chosen on the val world: benchmarks/pretraining_probes/README.md)")
     num_generations: int = _f(8, "K, completions per prompt")
     pairs_per_device: int = _f(2, "prompt pairs (x, x') per step")
@@ -153,14 +156,15 @@ def experiment_dir(config: ExperimentConfig, runs_dir=None) -> Path:
 def eval_file(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, eval_name: str = EVAL_NAME) -> Path:
     return experiment_dir(config, runs_dir) / run_name_of(condition, seed) / "eval" / f"{eval_name}.json"
 
-# the conditions whose sampled answers are compared (`experiments.sampling`): the base, both rewards, the blind controls
+# the conditions whose sampled answers are compared (`experiments.sampling`): the base, both rewards, the blind controls;
+# evaluated whenever the default's conditions are all run (so a toy subset of conditions stays cheap)
 SAMPLED_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap")
 
 def eval_names(config: ExperimentConfig, condition: str) -> tuple[str, ...]:
-    "The evaluations a job leaves: the SUN RGB-D test split; KITTI's for Figure 4 (the per-task runs and their bases); the sampled answers when every condition they compare is run."
+    "The evaluations a job leaves: the SUN RGB-D test split; KITTI's for Figure 4 (the per-task runs and their bases); the sampled answers (SAMPLED_CONDITIONS) when the default's conditions are all run."
     figures = any(c in PER_TASK_CONDITIONS for c in config.conditions)
     kitti = condition in PER_TASK_CONDITIONS or condition == "base_small" or (condition == "base" and figures)
-    sampled = condition in SAMPLED_CONDITIONS and set(SAMPLED_CONDITIONS) <= set(config.conditions)
+    sampled = condition in SAMPLED_CONDITIONS and set(DEFAULT_CONDITIONS) <= set(config.conditions)
     return (EVAL_NAME,) + ((HELD_OUT_EVAL_NAME,) if kitti else ()) + ((SAMPLED_EVAL_NAME,) if sampled else ())
 
 # %% ../../nbs/46_experiment.ipynb #90d78d69
@@ -307,7 +311,7 @@ def save_figure(fig, out: Path, name: str) -> list[Path]:
 
 # %% ../../nbs/46_experiment.ipynb #e2b42dd2
 def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
-    "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4 where run, to `out_dir`; the paths."
+    "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4 and the sampled answers where run, to `out_dir`; the paths."
     from consistency_amp.experiments.science import plot_answer_monitor, science_markdown, science_table, write_science
     data, _, tasks = outcomes(config, runs_dir)
     if not data: raise ValueError(f"no finished evaluation under {experiment_dir(config, runs_dir)}: run launch() first")
@@ -327,8 +331,13 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
     _logger.info("claim constancy over tasks (1: a fixed visual judgement read through the wording): " +
                 ", ".join(f"{c} {np.mean(v):.2f}" for c, v in by_condition.items()))
     for name, fig in figures.items(): paths += save_figure(fig, out, name)
-    from consistency_amp.experiments.experiment_figures import report_figures   # (imported late: it imports this module)
-    return paths + report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4, where their runs exist
+    from consistency_amp.experiments.experiment_figures import miniature_summary, report_figures   # (late: they import this module)
+    paths += report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4 and the sampled answers, where run
+    if (sampled := out / "science_sampled.csv") in paths:   # the table's reading in one paragraph, as the README gives it
+        summary = miniature_summary(out / "science.csv", sampled)
+        with open(out / "science.md", "a") as f: f.write(f"\n## What the miniature shows\n\n{summary}\n")
+        _logger.info(summary)
+    return paths
 
 # %% ../../nbs/46_experiment.ipynb #2b6028af
 def claim_rows(config: ExperimentConfig, runs_dir=None) -> list[dict]:
