@@ -7,7 +7,8 @@ import yaml
 
 from consistency_amp.core import NOISE_LEVELS, PAPER_JOINT_STEPS, PAPER_MODELS, PAPER_SETTINGS
 from consistency_amp.experiments.manifest import SCALE_SETTINGS
-from consistency_amp.training.train import TrainParams, parse_args
+from consistency_amp.training.train import TrainParams
+from consistency_amp.training.train_cli import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "configs" / "train").glob("*.yaml"))
@@ -51,7 +52,7 @@ def test_flags_override_the_recipe():
 def test_bad_recipes_are_named(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: depth\nstepz: 3\n")
-    with pytest.raises(ValueError, match=r"bad.yaml.*\['stepz'\] are not TrainParams fields"):
+    with pytest.raises(ValueError, match=r"bad.yaml.*\['stepz'\] are fields of neither TrainParams, OTGRPOConfig nor trl.ModelConfig"):
         parse_args(["--config", str(bad)])
     with pytest.raises(ValueError, match="no such file"):
         parse_args(["--config", str(tmp_path / "missing.yaml")])

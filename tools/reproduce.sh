@@ -3,16 +3,17 @@
 # figures and tables into figures/ from the stored results.
 #
 #   bash tools/reproduce.sh                 # the miniature experiment (science table) + the mini grid, CPU, ~25 min
-#   bash tools/reproduce.sh --full          # the experiment with every condition (pairing ablation, label noise)
+#   bash tools/reproduce.sh --full          # the experiment with every condition (the paper's set, pairing, label noise, Figs 2-4)
 #   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
 # * The miniature experiment (python -m consistency_amp.experiments.experiment; nbs/46_experiment.ipynb): spatial-base-large
-#   trained with the accuracy reward, the consistency reward and the blind control (--full: also the consistency reward
-#   with the marker swap, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures
-#   2-4 from both spatial bases, nbs/47_experiment_figures.ipynb), 3 seeds each, evaluated on 300
-#   held-out examples per task; writes
-#   figures/science.{md,csv}, figures/science_{accuracy,monitor,claims}.{png,pdf} and, with --full,
+#   trained with the accuracy reward and with the label-free consistency reward (the marker swap on every pair) and its
+#   blind control, 3 seeds each, evaluated greedily on 300 held-out examples per task and on the sampled answers
+#   (8 at T = 1) of 100 per task (--full: also the consistency reward with the paper's own transformation set and its
+#   blind control, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures 2-4 from
+#   both spatial bases, nbs/47_experiment_figures.ipynb); writes figures/science.{md,csv},
+#   figures/science_{accuracy,monitor,claims,sampled}.{png,pdf} and, with --full,
 #   figures/science_fig{2_same_task,3_cross_task,4_cross_domain}.{png,pdf,csv}.
 # * The mini grid: every paper figure's runs at toy size (a pipeline check; its numbers are not the science).
 # * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.

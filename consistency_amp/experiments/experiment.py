@@ -268,13 +268,15 @@ def task_intervals(data: dict[str, np.ndarray], tasks: list[str], resamples: int
 # %% ../../nbs/46_experiment.ipynb #df084488
 CONDITION_COLOURS = {"base": "0.55", "accuracy": "#1f77b4", "consistency": "#d62728", "blind": "#9467bd",
                      "consistency_random": "#ff9896", "consistency_one_to_all": "#e377c2",
-                     "consistency_marker_swap": "#ff7f0e", "blind_marker_swap": "#c5b0d5"}
+                     "consistency_marker_swap": "#ff7f0e", "blind_marker_swap": "#c5b0d5",
+                     "no_ability_base": "#bcbd22", "no_ability_consistency": "#17becf"} | {
+    f"accuracy_noise{p:g}": colour for p, colour in zip(NOISE_LEVELS, ("#a1d99b", "#74c476", "#31a354", "#006d2c"))}   # light to dark: more noise
 
 def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
     "Accuracy per task and condition: seeds as dots, the mean as a bar with its 95% interval; the figure."
     import matplotlib.pyplot as plt
     tasks = list(dict.fromkeys(r["task"] for r in rows)); conditions = list(dict.fromkeys(r["condition"] for r in rows))
-    fig, ax = plt.subplots(figsize=(1.2 + 1.3 * len(tasks), 3.6))
+    fig, ax = plt.subplots(figsize=(1.2 + max(1.3, 0.22 * len(conditions)) * len(tasks), 3.6 + 0.2 * (len(conditions) // 5)))
     width = 0.8 / len(conditions)
     for j, c in enumerate(conditions):
         for i, task in enumerate(tasks):
@@ -289,7 +291,7 @@ def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
     ns = {r["task"]: r["n"] for r in rows}
     ax.set_xticks(range(len(tasks)), [f"{t}\n(n={ns[t]})" for t in tasks], fontsize=8)
     ax.set(ylabel="accuracy", ylim=(0.3, 1.0), title=title)
-    ax.legend(fontsize=7, ncol=len(conditions), loc="upper left")
+    ax.legend(fontsize=7, ncol=min(len(conditions), 5), loc="upper center", bbox_to_anchor=(0.5, -0.16))   # below: bars reach the top
     fig.tight_layout()
     return fig
 

@@ -260,7 +260,7 @@ def create_run(name: str, params: dict, overwrite: bool = False, resume: bool = 
         if staging.exists(): shutil.rmtree(staging, ignore_errors=True)
     return path
 
-LATER_PARAMS = {"blind": False, "marker_swap": False}   # training parameters added after runs were first written: absent means this value
+LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None}   # training parameters added after runs were first written: absent means this value
 
 def _resume_run(path: Path, params: dict) -> Path:
     if not (path / PARAMS_FILE).is_file():

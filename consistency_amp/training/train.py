@@ -30,10 +30,10 @@ from ..world.tasks import BOOLEAN_TASKS, TASKS
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'FLAG_PARAMS', 'SET_BY_PARAMS',
-           'report_integrations', 'model_size', 'TrainParams', 'as_params', 'world_size', 'start_run', 'train_examples',
-           'trainer_config', 'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run', 'run_training',
-           'argument_parser', 'recipe', 'trainer_flags', 'parse_args', 'main', 'cli']
+__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'FLAG_PARAMS',
+           'report_integrations', 'model_size', 'load_kwargs', 'TrainParams', 'as_params', 'world_size', 'start_run',
+           'train_examples', 'trainer_config', 'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run',
+           'run_training']
 
 # %% ../../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -72,20 +72,38 @@ def _number(name: str, value, low: float, strict: bool) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (value <= low if strict else value < low):
         raise ValueError(f"{name} must be a number {'>' if strict else '>='} {low}; got {value!r}")
 
-def _coerce(value, kind: str):
-    "A papermill / command-line string as the field's kind ('bool', 'optional', 'int', 'float', 'json')."
+def _coerce(value, kind: str, name: str = "trainer_args"):
+    "A papermill / command-line string as the field `name`'s kind ('bool', 'optional', 'int', 'float', 'json')."
     if not isinstance(value, str): return value
     text = value.strip().lower()
     if kind == "bool": return True if text in _TRUE else False if text in _FALSE else value
     if kind.startswith("optional") and text in _NONE: return None
     if kind == "json": 
         try: return json.loads(value)
-        except json.JSONDecodeError: raise ValueError(f"trainer_args must be a JSON object; got {value!r}") from None
+        except json.JSONDecodeError: raise ValueError(f"{name} must be a JSON object; got {value!r}") from None
     if kind.endswith("int") and re.fullmatch(r"[+-]?\d+", text): return int(text)
     if kind.endswith("float"):
         try: return float(text)
         except ValueError: return value
     return value
+
+# %% ../../nbs/23_train_entry.ipynb #1cf84b27
+# the trl.ModelConfig fields the loader takes (`model_args`), and the `models.load_model` keyword each becomes; the
+# others (quantisation, DoRA, rsLoRA, modules to save) are refused by name rather than silently ignored
+MODEL_ARGS = {"model_revision": "revision", "dtype": "dtype", "attn_implementation": "attn_implementation",
+              "use_peft": "lora", "lora_r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
+              "lora_target_modules": "target_modules"}
+
+def load_kwargs(model_args: dict | None) -> dict:
+    "The `load_model` keywords of a run's `model_args` (trl.ModelConfig fields); ValueError naming a field it cannot honour."
+    if model_args is None: return {}
+    if not isinstance(model_args, dict): raise ValueError(f"model_args must be a dict of trl.ModelConfig fields; got {model_args!r}")
+    if "model_name_or_path" in model_args: raise ValueError("model_args: give model_name_or_path as `model` (--model)")
+    if bad := sorted(set(model_args) - set(MODEL_ARGS)):
+        raise ValueError(f"model_args: {bad} not supported by this loader; supported trl.ModelConfig fields: {', '.join(MODEL_ARGS)}")
+    if model_args.get("use_peft", True) is not True:   # runs save, evaluate and share a LoRA adapter
+        raise ValueError("model_args: use_peft=False (full fine-tuning) is not supported: every run trains and saves a LoRA adapter")
+    return {MODEL_ARGS[k]: v for k, v in model_args.items() if k != "use_peft"}
 
 # %% ../../nbs/23_train_entry.ipynb #e1a19da0
 FLAG_PARAMS = ("resume", "overwrite", "blind", "marker_swap")   # the TrainParams fields that are on/off flags
@@ -125,15 +143,16 @@ class TrainParams:
     blind: bool = _arg('The blind control: every training image replaced by one grey image.', False)
     marker_swap: bool = _arg("Beyond the paper: every x' also swaps the markers (closes the text-only shortcut; nbs/15_transforms.ipynb)", False)
     trainer_args: dict | None = _arg('Further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}.', None)
+    model_args: dict | None = _arg(f'trl.ModelConfig fields for the loader, e.g. {{"lora_r": 16, "dtype": "bfloat16"}}; valid: {", ".join(MODEL_ARGS)}', None)
 
     def __post_init__(self):
         kinds = {**dict.fromkeys(FLAG_PARAMS, "bool"), "gradient_checkpointing": "optional bool",
                  "data_root": "optional", "run_name": "optional", "runs_dir": "optional", "scale": "optional",
-                 "keep_checkpoints": "optional int", "stop_after": "optional int", "trainer_args": "json",
+                 "keep_checkpoints": "optional int", "stop_after": "optional int", "trainer_args": "json", "model_args": "json",
                  "steps": "int", "num_generations": "int", "pairs_per_device": "int", "seed": "int",
                  "max_completion_length": "int", "save_steps": "int", "learning_rate": "float",
                  "temperature": "float", "beta": "float", "label_noise": "float"}
-        for name, kind in kinds.items(): setattr(self, name, _coerce(getattr(self, name), kind))
+        for name, kind in kinds.items(): setattr(self, name, _coerce(getattr(self, name), kind, name))
         check_choice("task", self.task, TRAIN_TASKS, " ('joint': the four boolean tasks together)")
         check_choice("source", self.source, SOURCE_CHOICES)
         check_choice("reward", self.reward, REWARDS)
@@ -163,6 +182,7 @@ class TrainParams:
         if not isinstance(self.model, str) or not self.model.strip(): raise ValueError(f"model must be a name or path; got {self.model!r}")
         if self.trainer_args is not None and not isinstance(self.trainer_args, dict):
             raise ValueError(f"trainer_args must be a dict of OTGRPOConfig fields; got {self.trainer_args!r}")
+        load_kwargs(self.model_args)                     # a ModelConfig field the loader does not take: refused now
         if self.run_name is not None: check_run_name(self.run_name)
         if self.data_root is not None: self.data_root = str(self._check_data_root(self.data_root))
 
@@ -271,17 +291,20 @@ def save_final_adapter(trainer, run_dir: str | os.PathLike, model: str | None = 
 
 # %% ../../nbs/23_train_entry.ipynb #f352ef9f
 def load_for_training(params: TrainParams, config):
-    "(model, processor, peft_config) for training: `load_model` with LoRA, or under ZeRO-3 the base model + `lora_config()`."
+    "(model, processor, peft_config) for training: `load_model` with LoRA (as `model_args` set it), or under ZeRO-3 the base model + its `lora_config`."
     from transformers.integrations import is_deepspeed_zero3_enabled
     from consistency_amp.training.models import load_model
-    if not is_deepspeed_zero3_enabled(): return (*load_model(params.model), None)
+    kwargs = load_kwargs(params.model_args)
+    if not is_deepspeed_zero3_enabled(): return (*load_model(params.model, **kwargs), None)
     import torch
     from transformers import AutoModelForImageTextToText
-    from consistency_amp.training.models import freeze_vision_tower, load_processor, lora_config, resolve_model_path
+    from consistency_amp.training.models import freeze_vision_tower, load_processor, lora_config, resolve_dtype, resolve_model_path
     path = resolve_model_path(params.model)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.bfloat16 if config.bf16 else torch.float32)
+    lora = {k: kwargs.pop(k) for k in ("lora_r", "lora_alpha", "lora_dropout", "target_modules") if k in kwargs}
+    dtype = resolve_dtype(kwargs.pop("dtype"), torch.device("cuda")) if "dtype" in kwargs else torch.bfloat16 if config.bf16 else torch.float32
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, **kwargs)   # revision, attn_implementation
     freeze_vision_tower(model)
-    return model, load_processor(path), lora_config()
+    return model, load_processor(path), lora_config(**{"r" if k == "lora_r" else k.replace("lora_", ""): v for k, v in lora.items()})
 
 # %% ../../nbs/23_train_entry.ipynb #24bd29a1
 def cpu_threads(environ=os.environ) -> int | None:
@@ -337,91 +360,7 @@ def run_training(params: TrainParams | dict | None = None, **overrides) -> Path:
     run_dir = start_run(params) if world_size() == 1 else None
     return train_run(params, run_dir)[0]
 
-# %% ../../nbs/23_train_entry.ipynb #a800b6bf
-def argument_parser() -> argparse.ArgumentParser:
-    "The command-line parser of `python -m consistency_amp.training.train` (one option per `TrainParams` field)."
-    parser = argparse.ArgumentParser(prog="python -m consistency_amp.training.train",
-        description="Train one OT-GRPO / GRPO run into runs/<name>/ (see nbs/train.ipynb). Multi-GPU: "
-                    "torchrun --nproc_per_node N -m consistency_amp.training.train ...; accelerate launch --config_file "
-                    "configs/accelerate/<config>.yaml -m consistency_amp.training.train ...",
-        epilog="Every other field of OTGRPOConfig (TRL's GRPOConfig and transformers' TrainingArguments) is a flag too, "
-               "e.g. --gradient_accumulation_steps 2 --use_vllm true --lr_scheduler_type cosine; "
-               "python -m consistency_amp.training.trainer lists them.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--config", help="A YAML recipe of TrainParams fields (configs/train/*.yaml); flags given "
-                                         "on the command line override it.")
-    choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=REWARDS, pairing=PAIRINGS)
-    for f in fields(TrainParams):
-        names = [f"--{f.name}"] + (["-K", "--K"] if f.name == "num_generations" else [])
-        if f.name in FLAG_PARAMS:
-            parser.add_argument(*names, nargs="?", const="true", default=f.default, help=f.metadata["help"] + " (a flag, or true/false)")
-        else:
-            parser.add_argument(*names, default=f.default, choices=choices.get(f.name), dest=f.name, help=f.metadata["help"])
-    return parser
-
-# %% ../../nbs/23_train_entry.ipynb #1a57b726
-def recipe(path) -> dict:
-    "The TrainParams fields of a YAML recipe; ValueError naming the file and any key that is not a field."
-    import yaml
-    path = resolve_path(path)
-    if not path.is_file(): raise ValueError(f"--config {os.fspath(path)!r}: no such file")
-    values = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(values, dict): raise ValueError(f"--config {os.fspath(path)!r}: expected a mapping of TrainParams fields")
-    names = [f.name for f in fields(TrainParams)]
-    if unknown := sorted(set(values) - set(names)):
-        raise ValueError(f"--config {os.fspath(path)!r}: {unknown} are not TrainParams fields; valid: {', '.join(names)}")
-    return values
-
-# the OTGRPOConfig fields that TrainParams sets under its own names (a flag for them would say the same thing twice)
-SET_BY_PARAMS = {"max_steps": "steps", "output_dir": "runs_dir / run_name", "run_name": "run_name", "reward": "reward",
-                 "pairing": "pairing", "label_noise": "label_noise", "num_generations": "num_generations",
-                 "pairs_per_device": "pairs_per_device", "learning_rate": "learning_rate", "temperature": "temperature",
-                 "beta": "beta", "seed": "seed", "max_completion_length": "max_completion_length",
-                 "save_steps": "save_steps", "save_total_limit": "keep_checkpoints", "report_to": "report_to",
-                 "gradient_checkpointing": "gradient_checkpointing"}
-
-def trainer_flags(argv: list[str]) -> dict:
-    "The OTGRPOConfig (GRPOConfig, TrainingArguments) fields given as flags in `argv`, typed by transformers' parser."
-    if not argv: return {}
-    import argparse as _argparse
-    from transformers import HfArgumentParser
-    from consistency_amp.training.trainer import OTGRPOConfig
-    parser = HfArgumentParser(OTGRPOConfig, prog="python -m consistency_amp.training.train",
-                              usage="python -m consistency_amp.training.train [TrainParams flags] [OTGRPOConfig flags]")
-    for action in parser._actions: action.default = _argparse.SUPPRESS    # only what was given
-    given = vars(parser.parse_args(argv))
-    if twice := sorted(set(given) & set(SET_BY_PARAMS)):
-        raise ValueError(f"--{twice[0]} is set by --{SET_BY_PARAMS[twice[0]]}: give that instead")
-    return given
-
-def parse_args(argv: list[str] | None = None) -> TrainParams:
-    "TrainParams from command-line arguments over an optional `--config` recipe (TRL's way: the flags win); any other OTGRPOConfig field is a flag too."
-    parser = argument_parser()
-    known, _ = parser.parse_known_args(argv)
-    if known.config: parser.set_defaults(**recipe(known.config))
-    args, rest = parser.parse_known_args(argv)
-    args = vars(args)
-    args.pop("config")
-    if extra := trainer_flags(rest): args["trainer_args"] = (_coerce(args["trainer_args"], "json") or {}) | extra
-    return as_params(args)
-
-# %% ../../nbs/23_train_entry.ipynb #ba13882d
-def main(argv: list[str] | None = None) -> Path:
-    "Entry point of `python -m consistency_amp.training.train`: parse, `start_run`, `train_run` (as `run_training`), print the run folder."
-    console_logging()
-    try:                                          # bad parameters and existing runs: a message, not a traceback
-        params = parse_args(argv)
-        run_dir = start_run(params) if world_size() == 1 else None
-    except (ValueError, FileExistsError) as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")
-    run_dir = train_run(params, run_dir)[0]
-    if int(os.environ.get("RANK", "0")) == 0: print(f"run folder: {run_dir}")
-    return run_dir
-
-# %% ../../nbs/23_train_entry.ipynb #00583d48
-def cli(argv: list[str] | None = None) -> int:
-    "`main` for the console script `consistency-amp-train` (exit status 0; errors exit through `main`)."
-    main(argv)
-    return 0
-
 # %% ../../nbs/23_train_entry.ipynb #f87ceccb
-if __name__ == "__main__" and "get_ipython" not in globals(): main()   # python -m consistency_amp.training.train, not a notebook
+if __name__ == "__main__" and "get_ipython" not in globals():   # python -m consistency_amp.training.train, not a notebook
+    from consistency_amp.training.train_cli import main           # the command line: nbs/23a_train_cli.ipynb
+    main()

@@ -1,0 +1,50 @@
+"""The training command line, TRL's way (nbs/23a_train_cli.ipynb), end to end in a fresh interpreter.
+
+* A `trl.ModelConfig` flag reaches the model: `--lora_r 8 --lora_alpha 16` trains an adapter of rank 8, and the run
+  records them in params.json as `model_args`; an OTGRPOConfig flag is recorded as `trainer_args`.
+* `--help_all` lists TRL's flags beside the run's own.
+* A flag TrainParams sets under its own name, or a ModelConfig field the loader cannot honour, exits with a message
+  that names it, before anything is created.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = [sys.executable, "-m", "consistency_amp.training.train"]
+
+
+def run(args, tmp_path, timeout=600):
+    env = os.environ | {"CONSISTENCY_AMP_RUNS": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(TRAIN + args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_model_config_flags_reach_the_adapter_and_the_record(tmp_path):
+    done = run(["--steps", "1", "-K", "2", "--max_completion_length", "8", "--save_steps", "0", "--run_name", "cli",
+                "--lora_r", "8", "--lora_alpha", "16", "--lora_dropout", "0.0", "--lr_scheduler_type", "constant"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "cli"
+    adapter = json.loads((run_dir / "adapter" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"]) == (8, 16, 0.0)
+    params = json.loads((run_dir / "params.json").read_text())
+    assert params["model_args"] == {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
+    assert params["trainer_args"] == {"lr_scheduler_type": "constant"}
+
+
+def test_help_all_lists_trl_flags(tmp_path):
+    done = run(["--help_all"], tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for flag in ("--task", "--num_generations", "--gradient_accumulation_steps", "--use_vllm", "--lora_r",
+                 "--attn_implementation", "--model_name_or_path"):
+        assert flag in done.stdout, flag
+
+
+def test_bad_flags_exit_with_their_names_and_create_nothing(tmp_path):
+    for args, expected in ((["--max_steps", "3"], "max_steps is set by steps"),
+                           (["--load_in_4bit", "true"], "['load_in_4bit'] not supported by this loader"),
+                           (["--use_peft", "false"], "full fine-tuning")):
+        done = run(args, tmp_path, timeout=300)
+        assert done.returncode != 0 and expected in done.stderr, (args, done.stderr[-2000:])
+    assert not (tmp_path / "runs").exists()
