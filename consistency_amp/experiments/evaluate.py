@@ -10,8 +10,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import DEFAULT_MODEL, TINY_MODEL
-from .evaluation import (DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, EVAL_SOURCES, check_eval_name,
+from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice
+from .evaluation import (BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, EVAL_SOURCES, check_eval_name,
                                                     check_eval_params, default_eval_name, evaluate_model, evaluate_run,
                                                     model_run_name)
 from ..files import resolve_path
@@ -50,6 +50,7 @@ class EvalArguments:
     seed: int = _arg("Seed of the sampled transformations.", 0)
     examples: bool = _arg("Also store every example's completion and answer in the results file.", False)
     runs_dir: str | None = _arg("The runs folder; empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")
+    backend: str = _arg("Who decodes: transformers (generate, any machine) or vllm (GPU; pip install \"consistency_amp[vllm]\").", "transformers")
 
     def __post_init__(self):
         for f in ("run", "adapter", "run_name", "data_root", "eval_name", "runs_dir", "max_new_tokens"):
@@ -68,6 +69,7 @@ class EvalArguments:
         self.params = check_eval_params(tasks, [s.strip() for s in sources], self.max_examples, self.batch_size,
                                         self.consistency_samples, tokens, self.seed)
         self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
+        check_choice("backend", self.backend, BACKENDS)
 
     @property
     def run_folder(self) -> Path | None:
@@ -89,7 +91,7 @@ class EvalArguments:
 def evaluate_from(args: EvalArguments, progress: bool = True) -> Path:
     "Evaluate what `args` names into its results file (never overwriting one unless asked); the file's path."
     common = dict(overwrite=args.overwrite, data_root=args.data_root, runs_dir=args.runs_dir, examples=bool(args.examples),
-                  progress=progress, **args.params)
+                  progress=progress, backend=args.backend, **args.params)
     if args.run is not None: return evaluate_run(args.run_folder, args.eval_name, **common)
     return evaluate_model(args.model, args.eval_name, adapter=args.adapter, run_name=args.run_name, **common)
 

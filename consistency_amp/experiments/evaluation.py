@@ -28,16 +28,17 @@ from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from ..reward.verifiers import accuracy, consistency, format_reward, parse_answer
 
 # %% auto #0
-__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'DEFAULT_MAX_NEW_TOKENS', 'TASK_GROUPS', 'resolve_tasks', 'check_int',
-           'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng',
-           'answer_type_of', 'example_rows', 'GreedyDecoder', 'process_group', 'answer_examples', 'summarize',
-           'check_eval_params', 'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path', 'evaluate_run',
-           'model_kind', 'model_run_name', 'evaluate_model']
+__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'DEFAULT_MAX_NEW_TOKENS', 'BACKENDS', 'TASK_GROUPS', 'resolve_tasks',
+           'check_int', 'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples',
+           'transform_rng', 'answer_type_of', 'example_rows', 'GreedyDecoder', 'process_group', 'answer_examples',
+           'summarize', 'check_eval_params', 'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path',
+           'evaluate_run', 'model_kind', 'model_run_name', 'evaluate_model']
 
 # %% ../../nbs/30_evaluation.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
 DEFAULT_BATCH_SIZE = 16               # prompts per `generate` call
 DEFAULT_MAX_NEW_TOKENS = PAPER_SETTINGS["max_completion_length"]   # training's completion length, the same for every model
+BACKENDS = ("transformers", "vllm")   # who decodes: `generate` (GreedyDecoder), or vLLM on GPUs (nbs/30c_vllm_decoder.ipynb)
 
 TASK_GROUPS = {"all": TASKS, "boolean": BOOLEAN_TASKS, "numeric": NUMERIC_TASKS}
 
@@ -264,25 +265,32 @@ def _check_adapter(adapter) -> None:
     if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
         raise ValueError(f"adapter {os.fspath(adapter)!r} is not an adapter folder: it has no adapter_config.json")
 
+def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device):
+    "What answers the prompts: a given completer, vLLM's engine for a model name, or `GreedyDecoder` on the model."
+    check_choice("backend", backend, BACKENDS)
+    if callable(getattr(model_or_name, "complete", None)):
+        if adapter is not None: raise ValueError("adapter= applies to a model, not to a completer")
+        return model_or_name
+    if backend == "vllm":
+        if not isinstance(model_or_name, (str, os.PathLike)): raise ValueError("backend='vllm' loads the model itself: give its name or folder")
+        from consistency_amp.experiments.vllm_decoder import VLLMDecoder   # (imported late: vLLM is an optional GPU extra)
+        return VLLMDecoder(model_or_name, adapter=adapter, max_new_tokens=max_new_tokens)
+    if isinstance(model_or_name, (str, os.PathLike)):
+        model, processor = _load_model(model_or_name, lora=False, adapter=adapter, device=device)
+    elif processor is None: raise ValueError("a loaded model needs its processor: evaluate(model, processor, ...)")
+    else: model = _load_adapter(model_or_name, adapter) if adapter is not None else model_or_name
+    return GreedyDecoder(model, processor, max_new_tokens)
+
 def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
              data_root=None, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
              consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-             device=None, progress: bool = True, return_records: bool = False):
+             device=None, progress: bool = True, return_records: bool = False, backend: str = "transformers"):
     "Greedy test-split accuracy, format and unparseable rates and self-consistency of a model on every (task, source)."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     _check_adapter(adapter)
     start = time.perf_counter()
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
-    if callable(getattr(model_or_name, "complete", None)):
-        if adapter is not None: raise ValueError("adapter= applies to a model, not to a completer")
-        completer = model_or_name
-    elif isinstance(model_or_name, (str, os.PathLike)):
-        model, processor = _load_model(model_or_name, lora=False, adapter=adapter, device=device)
-        completer = GreedyDecoder(model, processor, p["max_new_tokens"])
-    else:
-        if processor is None: raise ValueError("a loaded model needs its processor: evaluate(model, processor, ...)")
-        model = _load_adapter(model_or_name, adapter) if adapter is not None else model_or_name
-        completer = GreedyDecoder(model, processor, p["max_new_tokens"])
+    completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device)
     records, results, shard = [], [], process_group()
     for (task, source), group in examples.items():
         answered = answer_examples(group, completer, consistency_samples=p["consistency_samples"], seed=p["seed"],
@@ -293,7 +301,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
     out = dict(run=None, model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter),
                split="test", data_root=None if data_root is None else os.fspath(data_root),
                decoding=dict(greedy=True, do_sample=False, repetition_penalty=1.0, max_new_tokens=p["max_new_tokens"],
-                             batch_size=p["batch_size"]),
+                             batch_size=p["batch_size"], backend=backend),
                created_at=utc_now(), consistency_samples=p["consistency_samples"], seed=p["seed"],
                max_examples=p["max_examples"], tasks=list(p["tasks"]), sources=list(p["sources"]), processes=shard[1],
                elapsed_s=round(time.perf_counter() - start, 3), results=results)
@@ -331,7 +339,7 @@ def _run_folder(run, runs_dir=None) -> Path:
 def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite: bool = False, data_root=None,
                  tasks=TASKS, sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                  consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-                 device=None, progress: bool = True, examples: bool = False) -> Path:
+                 device=None, progress: bool = True, examples: bool = False, backend: str = "transformers") -> Path:
     "Evaluate a run — a complete training run with its adapter/, or an evaluation-only run — into runs/<run>/eval/<eval_name>.json."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     path = eval_path(_run_folder(run, runs_dir), eval_name or default_eval_name(max_examples))
@@ -346,7 +354,7 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     else: raise ValueError(f"run {record.name!r}: params.json has kind {record.kind!r}, not one of train, base, external")
     if data_root is None: data_root = record.params.get("data_root")   # the run's own data (None: the synthetic world)
     results, records = evaluate(record.params["model"], adapter=adapter, data_root=data_root, device=device,
-                                progress=progress, return_records=True, **p)
+                                progress=progress, return_records=True, backend=backend, **p)
     results.update(run=record.name, eval_name=path.stem)
     if examples: results["examples"] = records          # per-example completions, answers and scores
     if process_group()[0] == 0:                            # sharded: every process has the results, the main one writes
@@ -373,7 +381,7 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
                    kind: str | None = None, runs_dir=None, overwrite: bool = False, data_root=None, tasks=TASKS,
                    sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                    consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-                   device=None, progress: bool = True, examples: bool = False) -> Path:
+                   device=None, progress: bool = True, examples: bool = False, backend: str = "transformers") -> Path:
     "Evaluate a model without training (base or external checkpoint, optional adapter) into its evaluation-only run."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     if not isinstance(model, (str, os.PathLike)): raise ValueError(f"model must be a name or a folder, got {type(model).__name__}")
@@ -398,7 +406,7 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
                              f"asked for {', '.join(f'{k}: {wanted[k]!r}' for k in diff)}); choose another run_name")
     try:
         return evaluate_run(folder, eval_name, overwrite=overwrite, data_root=data_root, device=device,
-                            progress=progress, examples=examples, **p)
+                            progress=progress, examples=examples, backend=backend, **p)
     except BaseException as e:
         if created: write_status(folder, "failed", 0, error=f"{type(e).__name__}: {e}")
         raise
