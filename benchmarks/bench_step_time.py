@@ -13,6 +13,7 @@ released vocabulary size in the model and the released image resolution limits).
 one run, in ABBA order after `--warmup` excluded steps, so drift (clocks, caches, allocator) hits both alike. Each completion is exactly
 `--completion-length` tokens (`min_new_tokens` = `max_new_tokens`: EOS is masked until the last token). Prints
 seconds per step for each pairing, the ratio minimal / random, a breakdown of the step and the pairing time alone.
+`--stock-trl [after|before]` also times stock TRL's `GRPOTrainer` on the same model, prompts and completions per step.
 """
 import argparse, json, os, platform, statistics, tempfile, time, warnings
 from contextlib import contextmanager
@@ -131,14 +132,9 @@ def scripted_text(answer_type: str, rng: np.random.Generator) -> str:
     return f"<think> scripted reasoning </think><answer>{answer}</answer>"
 
 
-def timed_trainer_class():
-    from transformers import TrainerCallback
-    import consistency_amp.reward.pairing as pairing_module
-    import consistency_amp.training.trainer as trainer_module
-    from consistency_amp.training.trainer import OTGRPOTrainer
-
-    class TimedOTGRPOTrainer(OTGRPOTrainer):
-        "OTGRPOTrainer with its phases timed; optionally scores scripted answers instead of the random model's text."
+def timed(base):
+    "`base` (OTGRPOTrainer, or stock TRL's GRPOTrainer) with its phases timed; optionally scoring scripted answers."
+    class Timed(base):
         def setup_timing(self, sections, scripted: bool, seed: int):
             self.sections, self.scripted, self.answer_rng = sections, scripted, np.random.default_rng(seed)
 
@@ -157,6 +153,35 @@ def timed_trainer_class():
 
         def training_step(self, *args, **kwargs):
             with self.sections("training_step"): return super().training_step(*args, **kwargs)
+    Timed.__name__ = f"Timed{base.__name__}"
+    return Timed
+
+
+def stock_trl_trainer(model, config, examples, processor, callbacks=()):
+    """Stock TRL: `GRPOTrainer` itself, with TRL's sampler and advantages and the format + accuracy rewards, on the rows
+    of the same prompt pairs (x and x' as independent prompts), so that a step generates and trains on as many
+    completions of the same prompts as an OT-GRPO step."""
+    from datasets import Dataset as HFDataset
+    from trl import GRPOTrainer
+    from consistency_amp.reward.verifiers import accuracy_reward_func, format_reward_func
+    from consistency_amp.world.prompts import make_prompt_pair
+    pairs = config.generation_batch_size // (2 * config.num_generations)
+    rows = [row for i, e in enumerate(examples[:max(64, 4 * pairs)])
+            for row in make_prompt_pair(e, np.random.default_rng([config.seed, 0, i])).to_rows(include_labels=True)]
+    placeholder = HFDataset.from_dict({"example": list(range(len(rows)))})   # GRPOTrainer's type check (as OTGRPOTrainer)
+    trainer = timed(GRPOTrainer)(model=model, reward_funcs=[format_reward_func, accuracy_reward_func], args=config,
+                                 train_dataset=placeholder, processing_class=processor, callbacks=list(callbacks))
+    trainer.train_dataset = rows             # the rows themselves: prompt messages, PIL image, answer_type, ground_truth
+    return trainer
+
+
+def timed_trainer_class():
+    from transformers import TrainerCallback
+    import consistency_amp.reward.pairing as pairing_module
+    import consistency_amp.training.trainer as trainer_module
+    from consistency_amp.training.trainer import OTGRPOTrainer
+
+    TimedOTGRPOTrainer = timed(OTGRPOTrainer)
 
     class StepClock(TrainerCallback):
         "Sets each step's pairing, and records the wall time between consecutive step ends (data loading included)."
@@ -251,6 +276,10 @@ def parse_args(argv=None):
                     help="LoRA dropout of the timed model; default: the project's (models.LORA_DROPOUT, 0.05)")
     ap.add_argument("--trainer-args", type=json.loads, default=None,
                     help="further OTGRPOConfig fields as JSON, e.g. '{\"gradient_accumulation_steps\": 2}'")
+    ap.add_argument("--stock-trl", nargs="?", const="after", default=None, choices=("after", "before"),
+                    help="also time stock TRL (GRPOTrainer, format + accuracy rewards) on the same model, prompts and "
+                         "completions per step, for --warmup + --steps steps, after (or before) the OT-GRPO arm: what "
+                         "the project's machinery costs; run both orders, since the arms are not interleaved")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write the measured figures here")
     args = ap.parse_args(argv)
@@ -325,11 +354,26 @@ def run(args) -> dict:
             f"{args.pairs_per_device} pairs x 2 prompts x K={args.K} = {config.per_device_train_batch_size} "
             f"completions of {args.completion_length} tokens; {len(examples)} {args.task}/{args.source} examples; "
             f"steps: {args.warmup} warm-up + {args.steps} x {args.pairings}", flush=True)
+        def run_stock():   # the same model and work through TRL's own trainer, before or after the OT-GRPO arm
+            from dataclasses import replace
+            stock_config = trainer_config(replace(params, steps=args.warmup + args.steps), Path(tmp) / "stock")
+            stock_trainer = stock_trl_trainer(model, stock_config, examples, processor)
+            stock_trainer.setup_timing(sections, args.answers == "scripted", args.seed)
+            stock_clock = StepClock(stock_trainer, ["stock"] * (args.warmup + args.steps), sections)
+            stock_trainer.add_callback(stock_clock)
+            stock_trainer.remove_callback(PrinterCallback)
+            say(f"stock TRL GRPOTrainer: {stock_config.per_device_train_batch_size} completions per device and step", flush=True)
+            stock_trainer.train()
+            return stock_clock.records
+
+        stock_records = run_stock() if args.stock_trl == "before" else None
         if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
         with timed_pairing(sections):
             trainer.train()
         lengths = [(int(h["completions/min_length"]), int(h["completions/max_length"])) for h in trainer.state.log_history
                    if "completions/min_length" in h]
+        if args.stock_trl == "after": stock_records = run_stock()
+        stock = None if stock_records is None else summarise(stock_records, args.warmup)["stock"]
 
     summary = summarise(clock.records, args.warmup)
     result = dict(arch=args.arch if args.model is None else None, model=args.model, device=str(device), device_name=torch.cuda.get_device_name(device)
@@ -347,6 +391,9 @@ def run(args) -> dict:
                   steps_record=clock.records, pairings=summary)
     if "minimal" in summary and "random" in summary:
         result["ratio_minimal_over_random"] = summary["minimal"]["mean_s"] / summary["random"]["mean_s"]
+    if stock is not None:
+        result["stock_trl"] = stock | dict(steps_record=stock_records, order=args.stock_trl)
+        result["ratio_over_stock_trl"] = {p: r["mean_s"] / stock["mean_s"] for p, r in summary.items()}
     return result
 
 
@@ -354,7 +401,8 @@ def report(result: dict) -> str:
     s = result["pairings"]
     lines = [f"{'pairing':<11}{'steps':>6}{'s/step':>10}{'median':>9}{'stdev':>8}{'generate':>10}{'rewards':>9}"
              f"{'other prep':>11}{'loss+bwd':>10}{'rest':>8}{'consist.':>10}{'pairing':>11}"]
-    for name, r in s.items():
+    rows = dict(s) | ({"stock_trl": result["stock_trl"]} if "stock_trl" in result else {})
+    for name, r in rows.items():
         lines.append(f"{name:<11}{r['steps']:>6}{r['mean_s']:>10.3f}{r['median_s']:>9.3f}{r['stdev_s']:>8.3f}"
                      f"{r['generate_s']:>10.3f}{r['rewards_s']:>9.3f}{r['prepare_other_s']:>11.3f}"
                      f"{r['loss_backward_s']:>10.3f}{r['other_s']:>8.3f}{r['consistency_s'] * 1e3:>8.2f}ms"
@@ -364,6 +412,9 @@ def report(result: dict) -> str:
         lines.append(f"minimal / random = {ratio:.4f} ({(ratio - 1) * 100:+.2f}% overhead); paper (7B, 8 H100, "
                      f"4 pairs x K=8 per device): {PAPER_SECONDS['minimal']} / {PAPER_SECONDS['random']} s = "
                      f"{PAPER_SECONDS['minimal'] / PAPER_SECONDS['random']:.4f}")
+    if "ratio_over_stock_trl" in result:
+        lines.append("over stock TRL (GRPOTrainer on the same prompts and completions per step): " + ", ".join(
+            f"{p} {r:.3f} ({(r - 1) * 100:+.1f}%)" for p, r in result["ratio_over_stock_trl"].items()))
     seen = result["completion_lengths_seen"]
     lines.append(f"completion lengths seen: {seen} (asked {result['completion_length']}); pairing = pair_rewards "
                  f"solver alone, consist. = parse + verifier matrix + pairing, per step, on the gathered batch")

@@ -37,7 +37,7 @@ def run_bench(tmp_path, *args, timeout=300):
 
 def test_cpu_smoke_times_both_pairings(tmp_path):
     stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "2", "--warmup", "1",
-                               "--completion-length", "16", "--pairs-per-device", "1", "--K", "2")
+                               "--completion-length", "16", "--pairs-per-device", "1", "--K", "2", "--stock-trl")
     rows = {line.split()[0]: line.split() for line in stdout.splitlines()
             if line.split()[:1] in (["minimal"], ["random"]) and line.split()[1].isdigit()}   # the table's rows
     assert set(rows) == {"minimal", "random"} and all(r[1] == "2" for r in rows.values()), stdout
@@ -54,6 +54,12 @@ def test_cpu_smoke_times_both_pairings(tmp_path):
         parts = r["generate_s"] + r["rewards_s"] + r["prepare_other_s"] + r["loss_backward_s"] + r["other_s"]
         assert math.isclose(parts, r["mean_s"], rel_tol=1e-9)
         assert 0 < r["pairing_s"] <= r["consistency_s"] <= r["rewards_s"] and r["generate_s"] > 0
+    # the stock-TRL arm: TRL's GRPOTrainer on as many completions per step, after the OT-GRPO arm, no pairing in it
+    stock = result["stock_trl"]
+    assert stock["steps"] == 2 and stock["order"] == "after" and stock["pairing_s"] == stock["consistency_s"] == 0
+    assert [r["pairing"] for r in stock["steps_record"]] == ["stock"] * 3
+    assert math.isclose(result["ratio_over_stock_trl"]["minimal"], s["minimal"]["mean_s"] / stock["mean_s"])
+    assert "over stock TRL" in stdout and any(line.startswith("stock_trl") for line in stdout.splitlines())
 
 
 @pytest.mark.parametrize("arch, hub_total", [("3B", 3.75e9), ("7B", 8.29e9)])
