@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from ..core import console_logging, NOISE_LEVELS   # Section 5.4: the flipped-label fractions
-from . import plotting
 from .manifest import SOURCE      # SUN RGB-D
 from .sampling import SAMPLED_EVAL_NAME, evaluate_sampled
 from .science import CONDITIONS, check_outcomes
@@ -31,10 +30,8 @@ _logger = logging.getLogger(__name__)
 # %% auto #0
 __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS', 'FULL_CONDITIONS',
            'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS',
-           'CONDITION_COLOURS', 'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir',
-           'eval_file', 'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'task_intervals',
-           'plot_task_accuracy', 'train_logs', 'save_figure', 'report', 'claim_rows', 'plot_claim_constancy',
-           'argument_parser', 'main']
+           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file',
+           'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'argument_parser', 'main']
 
 # %% ../../nbs/46_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
@@ -252,140 +249,6 @@ def outcomes(config: ExperimentConfig, runs_dir=None) -> tuple[dict[str, np.ndar
         by_condition.setdefault(condition, []).append([float(r["accuracy"] or 0.0) for r in records])
     return check_outcomes(by_condition), uids or [], tasks if uids else []
 
-# %% ../../nbs/46_experiment.ipynb #b54a397e
-def task_intervals(data: dict[str, np.ndarray], tasks: list[str], resamples: int = 1000) -> list[dict]:
-    "Per task and over all tasks ('all'), per condition: the mean accuracy, its 95% bootstrap interval, n and seeds."
-    from consistency_amp.experiments.science import bootstrap
-    rows = []
-    for task in sorted(set(tasks)) + ["all"]:
-        cols = np.array([i for i, t in enumerate(tasks) if task in ("all", t)])
-        for name, a in data.items():
-            value, low, high = bootstrap({name: a[:, cols]}, lambda m: m[name], resamples)
-            rows.append(dict(task=task, condition=name, accuracy=value, low=low, high=high, n=len(cols), seeds=len(a),
-                             per_seed=a[:, cols].mean(1).tolist()))
-    return rows
-
-# %% ../../nbs/46_experiment.ipynb #df084488
-CONDITION_COLOURS = {"base": "0.55", "accuracy": "#1f77b4", "consistency": "#d62728", "blind": "#9467bd",
-                     "consistency_random": "#ff9896", "consistency_one_to_all": "#e377c2",
-                     "consistency_marker_swap": "#ff7f0e", "blind_marker_swap": "#c5b0d5",
-                     "no_ability_base": "#bcbd22", "no_ability_consistency": "#17becf"} | {
-    f"accuracy_noise{p:g}": colour for p, colour in zip(NOISE_LEVELS, ("#a1d99b", "#74c476", "#31a354", "#006d2c"))}   # light to dark: more noise
-
-def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
-    "Accuracy per task and condition: seeds as dots, the mean as a bar with its 95% interval; the figure."
-    import matplotlib.pyplot as plt
-    tasks = list(dict.fromkeys(r["task"] for r in rows)); conditions = list(dict.fromkeys(r["condition"] for r in rows))
-    fig, ax = plt.subplots(figsize=(1.2 + max(1.3, 0.22 * len(conditions)) * len(tasks), 3.6 + 0.2 * (len(conditions) // 5)))
-    width = 0.8 / len(conditions)
-    for j, c in enumerate(conditions):
-        for i, task in enumerate(tasks):
-            r = next((r for r in rows if (r["task"], r["condition"]) == (task, c)), None)
-            if r is None: continue
-            x = i + (j - (len(conditions) - 1) / 2) * width
-            colour = CONDITION_COLOURS.get(c, f"C{j}")
-            ax.bar(x, r["accuracy"], width * 0.9, color=colour, alpha=0.35, label=c if i == 0 else None)
-            ax.errorbar(x, r["accuracy"], [[r["accuracy"] - r["low"]], [r["high"] - r["accuracy"]]], color=colour, capsize=2, lw=1.2)
-            ax.scatter([x] * len(r["per_seed"]), r["per_seed"], s=9, color=colour, zorder=3)
-    ax.axhline(0.5, color="k", lw=0.6, ls=":")
-    ns = {r["task"]: r["n"] for r in rows}
-    ax.set_xticks(range(len(tasks)), [f"{t}\n(n={ns[t]})" for t in tasks], fontsize=8)
-    ax.set(ylabel="accuracy", ylim=(0.3, 1.0), title=title)
-    ax.legend(fontsize=7, ncol=min(len(conditions), 5), loc="upper center", bbox_to_anchor=(0.5, -0.16))   # below: bars reach the top
-    fig.tight_layout()
-    return fig
-
-# %% ../../nbs/46_experiment.ipynb #db66ea42
-def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency_marker_swap", "blind"), runs_dir=None) -> dict[str, list[dict]]:
-    "The train_log.jsonl records of the finished runs of `conditions`, by run name."
-    from consistency_amp.training.run_records import read_run
-    folder = experiment_dir(config, runs_dir)
-    return {name: read_run(folder / name).train_log for c in conditions if c in config.conditions for s in config.seeds
-            if (folder / (name := run_name_of(c, s))).is_dir()}
-
-# %% ../../nbs/46_experiment.ipynb #34ac8fc7
-def save_figure(fig, out: Path, name: str) -> list[Path]:
-    "Write `fig` as out/name.png and out/name.pdf with the figures' writer (`plotting.save_figure`: atomic, reproducible PDF), close it; the two paths."
-    import matplotlib.pyplot as plt
-    paths = plotting.save_figure(fig, out, name)
-    plt.close(fig)
-    return [paths["png"], paths["pdf"]]
-
-# %% ../../nbs/46_experiment.ipynb #e2b42dd2
-def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
-    "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4 and the sampled answers where run, to `out_dir`; the paths."
-    from consistency_amp.experiments.science import plot_answer_monitor, science_markdown, science_table, write_science
-    data, _, tasks = outcomes(config, runs_dir)
-    if not data: raise ValueError(f"no finished evaluation under {experiment_dir(config, runs_dir)}: run launch() first")
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    scale = (f"{config.model}, synthetic SUN RGB-D world of {config.images} images (seed {config.world_seed}), joint "
-             f"training on the four boolean tasks, {config.steps} GRPO steps, K = {config.num_generations}, "
-             f"{config.pairs_per_device} pairs per step, lr {config.learning_rate:g}, seeds {list(config.seeds)}")
-    table = science_table(data, resamples)
-    paths = list(write_science(table, out, title=f"Science table (miniature: {scale})"))
-    _logger.info(science_markdown(table, "Science table"))
-    figures = {"science_accuracy": plot_task_accuracy(task_intervals(data, tasks, resamples // 2), f"Held-out accuracy ({config.model})"),
-               "science_monitor": plot_answer_monitor(train_logs(config, runs_dir=runs_dir), "Reward-hacking monitor (consistency-trained runs)", smooth=10),
-               "science_claims": plot_claim_constancy(claims := claim_rows(config, runs_dir))}
-    by_condition = {}
-    for r in claims:
-        if r["task"] == "all": by_condition.setdefault(r["condition"], []).append(r["constancy"])
-    _logger.info("claim constancy over tasks (1: a fixed visual judgement read through the wording): " +
-                ", ".join(f"{c} {np.mean(v):.2f}" for c, v in by_condition.items()))
-    for name, fig in figures.items(): paths += save_figure(fig, out, name)
-    from consistency_amp.experiments.experiment_figures import miniature_summary, report_figures   # (late: they import this module)
-    paths += report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4 and the sampled answers, where run
-    if (sampled := out / "science_sampled.csv") in paths:   # the table's reading in one paragraph, as the README gives it
-        summary = miniature_summary(out / "science.csv", sampled)
-        with open(out / "science.md", "a") as f: f.write(f"\n## What the miniature shows\n\n{summary}\n")
-        _logger.info(summary)
-    return paths
-
-# %% ../../nbs/46_experiment.ipynb #2b6028af
-def claim_rows(config: ExperimentConfig, runs_dir=None) -> list[dict]:
-    "Claim constancy per finished job and task, and over tasks ('all'); the ground truth's as condition 'ground truth'."
-    from consistency_amp.experiments.evaluation import held_out_examples
-    from consistency_amp.experiments.science import canonical_claim, claim_constancy
-    from consistency_amp.world.synthetic import default_world
-    held_out = held_out_examples(default_world(world_config(config)), BOOLEAN_TASKS, (SOURCE,), config.eval_per_task)
-    questions = {e.uid: e.question for group in held_out.values() for e in group}
-    rows, sides = [], [("ground truth", "ground_truth")]
-    for condition, seed in jobs(config):
-        if condition not in SCIENCE_CONDITIONS or not (path := eval_file(config, condition, seed, runs_dir)).is_file(): continue
-        records = json.loads(path.read_text())["examples"]
-        for name, key in sides + [(condition, "answer")]:
-            claims = {}
-            for r in records:
-                if r[key] is not None: claims.setdefault(r["task"], []).append(canonical_claim(r[key], questions[r["uid"]]))
-            per_task = {task: claim_constancy(c) for task, c in claims.items()}
-            rows += [dict(condition=name, seed=seed, task=t, constancy=v) for t, v in per_task.items()]
-            rows.append(dict(condition=name, seed=seed, task="all", constancy=float(np.mean(list(per_task.values())))))
-        sides = []                                      # the ground truth once: every job is scored on the same examples
-    return rows
-
-# %% ../../nbs/46_experiment.ipynb #4027f308
-def plot_claim_constancy(rows: list[dict], title: str = "Do the trained models still look?"):
-    "Claim constancy per task and condition: seeds as dots, their mean as a bar; the ground truth's as a black tick."
-    import matplotlib.pyplot as plt
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    conditions = [c for c in dict.fromkeys(r["condition"] for r in rows) if c != "ground truth"]
-    fig, ax = plt.subplots(figsize=(1.2 + 1.3 * len(tasks), 3.4))
-    width = 0.8 / max(1, len(conditions))
-    for i, task in enumerate(tasks):
-        truth = [r["constancy"] for r in rows if (r["condition"], r["task"]) == ("ground truth", task)]
-        if truth: ax.hlines(truth[0], i - 0.42, i + 0.42, color="k", lw=1.5, label="ground truth" if i == 0 else None)
-        for j, c in enumerate(conditions):
-            values = [r["constancy"] for r in rows if (r["condition"], r["task"]) == (c, task)]
-            if not values: continue
-            x, colour = i + (j - (len(conditions) - 1) / 2) * width, CONDITION_COLOURS.get(c, f"C{j}")
-            ax.bar(x, np.mean(values), width * 0.9, color=colour, alpha=0.35, label=c if i == 0 else None)
-            ax.scatter([x] * len(values), values, s=9, color=colour, zorder=3)
-    ax.set_xticks(range(len(tasks)), tasks, fontsize=8)
-    ax.set(ylabel="share of the majority claim", ylim=(0.45, 1.02), title=title)
-    ax.legend(fontsize=7, ncol=len(conditions) + 1, loc="upper center", bbox_to_anchor=(0.5, -0.1))   # below: bars reach 1
-    fig.tight_layout()
-    return fig
-
 # %% ../../nbs/46_experiment.ipynb #96917829
 def argument_parser() -> argparse.ArgumentParser:
     "One option per `ExperimentConfig` field (with its help), plus --full, --workers, --runs-dir and --out-dir."
@@ -420,6 +283,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     print(f"experiment-{config.digest}: {len(missing_jobs(config, args.runs_dir))} of {len(jobs(config))} jobs to run "
           f"({experiment_dir(config, args.runs_dir)})", flush=True)
     launch(config, args.runs_dir, args.workers)
+    from consistency_amp.experiments.experiment_report import report   # (imported late: it imports this module)
     paths = report(config, args.runs_dir, args.out_dir)
     print(f"experiment-{config.digest}: {time.time() - start:.0f} s; wrote", *paths, sep="\n  ")
     return paths

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import (CONDITION_COLOURS, EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS,
-                                                    SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs, save_figure)
+from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS,
+                                                    SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs)
+from .experiment_report import CONDITION_COLOURS, save_figure
 from .sampling import SAMPLED_EVAL_NAME
 from .science import bootstrap, science_summary
 from ..world.tasks import BOOLEAN_TASKS

@@ -5,20 +5,18 @@
 # %% ../../nbs/23_train_entry.ipynb #4dbc0940
 from __future__ import annotations
 
-import argparse
 import logging
 import importlib.util
 import json
 import os
 import re
 import shutil
-import sys
 import uuid
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
 
-from ..core import (console_logging, DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
+from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
                                   TINY_MODEL, check_choice)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
 from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, CHECKPOINTS_DIR, create_run,
