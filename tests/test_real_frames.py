@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from consistency_amp.world.geometry import box_corners, box_iou, project_points
-from consistency_amp.world.omni3d import load_omni3d, write_omni3d
+from consistency_amp.world.omni3d import load_omni3d
+from consistency_amp.world.omni3d_writer import write_omni3d
 from consistency_amp.world.real_frames import (REAL_SAMPLES_ENV, kitti_scene, label_box_coverage, load_real_samples,
                                          read_kitti_calib, read_kitti_label, read_sunrgbd_calib, read_sunrgbd_label,
                                          real_samples_root, sunrgbd_scene)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from consistency_amp.world.geometry import yaw_rotation
-from consistency_amp.world.omni3d import Object3D, Scene, write_omni3d
+from consistency_amp.world.omni3d import Object3D, Scene
+from consistency_amp.world.omni3d_writer import write_omni3d
 from consistency_amp.world.task_splits import (TaskFilters, build_examples, build_examples_by_task, build_task_splits,
                                          dataset_statistics, default_filters, split_examples, split_of)
 from consistency_amp.world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question

@@ -22,7 +22,7 @@ _logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['MAX_ABS_VALUE', 'OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Omni3DFormatError', 'Skipped', 'LoadReport',
-           'Scenes', 'load_omni3d', 'write_omni3d', 'omni3d_json_path', 'load_omni3d_root']
+           'Scenes', 'load_omni3d', 'omni3d_json_path', 'load_omni3d_root']
 
 # %% ../../nbs/11_omni3d.ipynb #c2fdee4f
 def _same(a, b) -> bool:
@@ -360,73 +360,6 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
     report.n_images, report.n_objects = len(scenes), sum(len(s.objects) for s in scenes.values())
     if verbose and report.skipped: _logger.warning(report.summary())
     return Scenes(scenes.values(), info=info, categories=categories, report=report)
-
-# %% ../../nbs/11_omni3d.ipynb #1fddbf0b
-def _list(x, missing=-1):
-    if x is None: return [missing] * 4
-    return np.asarray(x, dtype=np.float64).tolist()
-
-def _num(x): return -1 if x is None else x
-
-def _category_ids(scenes) -> dict[str, int]:
-    ids = {}
-    for s in scenes:
-        for o in s.objects:
-            if o.category_id < 0: continue
-            if ids.get(o.category, o.category_id) != o.category_id:
-                raise ValueError(f"write_omni3d: category {o.category!r} has two ids, {ids[o.category]} and {o.category_id}")
-            ids[o.category] = o.category_id
-    if len(set(ids.values())) < len(ids): raise ValueError(f"write_omni3d: one category_id is used by two names: {ids}")
-    nxt = max(ids.values(), default=0) + 1
-    for name in sorted({o.category for s in scenes for o in s.objects} - set(ids)): ids[name], nxt = nxt, nxt + 1
-    return ids
-
-def _annotation_record(o: Object3D, s: Scene, category_id: int) -> dict:
-    return {"id": int(o.id), "image_id": int(s.image_id), "dataset_id": int(s.dataset_id), "category_id": int(category_id),
-            "category_name": o.category, "valid3D": bool(o.valid3D),
-            "bbox2D_tight": _list(o.bbox2D_tight), "bbox2D_proj": _list(o.bbox2D_proj), "bbox2D_trunc": _list(o.bbox2D_trunc),
-            "bbox3D_cam": _list(o.corners), "center_cam": _list(o.center), "dimensions": _list(o.dimensions),
-            "R_cam": _list(o.R), "behind_camera": bool(o.behind_camera), "visibility": _num(o.visibility),
-            "truncation": _num(o.truncation), "segmentation_pts": _num(o.segmentation_pts),
-            "lidar_pts": _num(o.lidar_pts), "depth_error": _num(o.depth_error)}
-
-def _image_record(s: Scene) -> dict:
-    return {"id": int(s.image_id), "dataset_id": int(s.dataset_id), "width": int(s.width), "height": int(s.height),
-            "file_path": s.file_path, "K": _list(s.K), "src_90_rotate": int(s.src_90_rotate), "src_flagged": bool(s.src_flagged)}
-
-# %% ../../nbs/11_omni3d.ipynb #d5b025cd
-def write_omni3d(scenes, json_path, info: dict | None = None, categories: list[dict] | None = None,
-                 indent: int | None = None) -> Path:
-    "Write `scenes` to `json_path` in Omni3D's schema; `info` defaults to the scenes' common source and split."
-    scenes, json_path = list(scenes), Path(json_path)
-    if info is None:
-        pairs = {(s.source, s.split) for s in scenes}
-        if len(pairs) > 1: raise ValueError(f"write_omni3d: scenes mix sources/splits {sorted(pairs)}; pass info=")
-        source, split = pairs.pop() if pairs else _source_split({}, json_path)
-        ids = {s.dataset_id for s in scenes}
-        info = {"id": ids.pop() if len(ids) == 1 else -1, "source": source, "name": f"{source} {split.title()}",
-                "split": split.title(), "version": "0.1", "url": ""}
-    cat_ids = _category_ids(scenes)
-    if categories is None:
-        categories = [{"id": i, "name": n, "supercategory": ""} for n, i in sorted(cat_ids.items(), key=lambda kv: kv[1])]
-    known = {c["id"] for c in categories}
-    images, annotations, seen_images, seen_objects = [], [], set(), set()
-    for s in scenes:
-        if s.image_id in seen_images: raise ValueError(f"write_omni3d: duplicate image id {s.image_id}")
-        seen_images.add(s.image_id)
-        images.append(rec := _image_record(s))
-        try: _parse_image(rec, Path("."), s.source, s.split, check_images=False)
-        except _FieldError as e: raise ValueError(f"write_omni3d: scene image_id={s.image_id}: {e}") from None
-        for o in s.objects:
-            if o.id in seen_objects: raise ValueError(f"write_omni3d: duplicate object id {o.id}")
-            seen_objects.add(o.id)
-            annotations.append(rec := _annotation_record(o, s, cat_ids[o.category]))
-            try: _parse_annotation(rec, {i: "" for i in known})
-            except _FieldError as e: raise ValueError(f"write_omni3d: object id={o.id} in image_id={s.image_id}: {e}") from None
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"info": info, "images": images, "categories": categories,
-                                     "annotations": annotations}, indent=indent))
-    return json_path
 
 # %% ../../nbs/11_omni3d.ipynb #bf705275
 OMNI3D_SOURCES = ("SUNRGBD", "KITTI")

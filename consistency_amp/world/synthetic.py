@@ -17,7 +17,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ..files import cache_dir
-from .omni3d import OMNI3D_SPLITS, write_omni3d
+from .omni3d import OMNI3D_SPLITS
+from .omni3d_writer import write_omni3d
 from .rendering import generate_image, image_rng, png_bytes, SPLIT_INDEX
 from .synthetic_scenes import resolve_source, scaled_size, SOURCES, SourceSpec
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..core import check_choice
 from .geometry import box_area_fraction, box_coverage, box_iou
-from .omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, Object3D, Scene, load_omni3d, omni3d_json_path
+from .omni3d import load_omni3d, Object3D, omni3d_json_path, OMNI3D_SOURCES, OMNI3D_SPLITS, Scene
 from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question,
                                    ground_truth)
 
