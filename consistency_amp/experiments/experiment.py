@@ -114,11 +114,11 @@ CONDITION_OVERRIDES = {
     name: dict(task=task, reward=reward, start=start) | (dict(pairing="minimal") if reward == "consistency" else {})
     for name, (task, reward, start) in PER_TASK_CONDITIONS.items()}
 def _no_ability_model(config) -> str:
-    from consistency_amp.training.pretraining import NO_ABILITY_BASE   # (imported late: the module loads torch)
+    from consistency_amp.training.spatial_bases import NO_ABILITY_BASE   # (imported late: the module loads torch)
     return NO_ABILITY_BASE
 
 def _small_model(config) -> str:
-    from consistency_amp.training.pretraining import STANDS_IN_FOR     # the shipped base that stands in for 3B
+    from consistency_amp.training.spatial_bases import STANDS_IN_FOR     # the shipped base that stands in for 3B
     return next(name for name, size in STANDS_IN_FOR.items() if size == "3B")
 
 # the conditions that evaluate a model as it is, and that model; a trained condition starts from the model of one

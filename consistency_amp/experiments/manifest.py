@@ -61,7 +61,7 @@ def eval_name_for(max_examples: int | None) -> str:
 def scale_models(scale: str) -> dict[str, str]:
     "The model standing for each paper size ('3B', '7B') at `scale`: Hub ids, or the pretrained spatial bases."
     if check_scale(scale) == "paper": return dict(PAPER_MODELS)
-    from consistency_amp.training.pretraining import STANDS_IN_FOR   # spatial-base-large for 7B, spatial-base-small for 3B
+    from consistency_amp.training.spatial_bases import STANDS_IN_FOR   # spatial-base-large for 7B, spatial-base-small for 3B
     return {size: name for name, size in STANDS_IN_FOR.items()}
 
 def model_tags(scale: str) -> dict[str, str]:

@@ -219,7 +219,7 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
     "The folder of `TINY_MODEL` or of a spatial base (`pretraining`), a checked local model directory, or a Hub id unchanged."
     if isinstance(name_or_path, str) and name_or_path == TINY_MODEL: return str(tiny_model_path())
     if isinstance(name_or_path, str) and name_or_path.startswith(SPATIAL_BASE_PREFIX):   # a pretrained tiny spatial base
-        from consistency_amp.training.pretraining import spatial_base_path                      # (imported here: it imports us)
+        from consistency_amp.training.spatial_bases import spatial_base_path   # (imported here: it imports us)
         return str(spatial_base_path(name_or_path))
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise ValueError(f"`name_or_path` must be a Hub id or a directory, got {name_or_path!r}")

@@ -5,7 +5,6 @@
 # %% ../../nbs/24_pretraining.ipynb #804688fe
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -15,7 +14,6 @@ import numpy as np
 import torch
 
 from ..core import check_choice
-from ..files import build_once, cache_dir as default_cache_dir
 from .models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
 from ..world.prompts import _visible_box, draw_markers, load_rgb, prompt_messages, prompt_text
 from ..world.tasks import BOOLEAN_TASKS, RELATION_PHRASES, TEMPLATES, Question, ground_truth
@@ -23,12 +21,10 @@ from ..world.transforms import Transform, apply_transform, sample_transform, tra
 
 # %% auto #0
 __all__ = ['THINKS', 'FACTS', 'LATER_RECIPE_FIELDS', 'CUE_NAMES', 'FACT_WORDS', 'MARKER_CHANNELS', 'PERCEPTION_CHANNELS',
-           'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE', 'LOG_FILE', 'NO_ABILITY_BASE', 'SPATIAL_BASES',
-           'STANDS_IN_FOR', 'SHIPPED_DIR', 'PRETRAINING_VERSION', 'BaseRecipe', 'vision_window', 'base_config',
+           'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE', 'LOG_FILE', 'BaseRecipe', 'vision_window', 'base_config',
            'base_processor', 'cue_values', 'cue_edges', 'think_text', 'fact_text', 'claim_text', 'match_text',
            'target_completion', 'pretraining_world', 'pretraining_examples', 'reword', 'perception_targets',
-           'perception_loss', 'image_variants', 'fact_question', 'pretraining_batch', 'logic_batch', 'pretrain',
-           'spatial_base_key', 'shipped_base', 'spatial_base_path']
+           'perception_loss', 'image_variants', 'fact_question', 'pretraining_batch', 'logic_batch', 'pretrain']
 
 # %% ../../nbs/24_pretraining.ipynb #e03874f6
 def _f(default, help: str):
@@ -377,43 +373,3 @@ def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
     (out_dir / EDGES_FILE).write_text(json.dumps(edges))
     (out_dir / LOG_FILE).write_text("".join(json.dumps(r) + "\n" for r in log))
     return out_dir
-
-# %% ../../nbs/24_pretraining.ipynb #452f3a7f
-NO_ABILITY_BASE = "spatial-base-none"
-SPATIAL_BASES = {
-    "spatial-base-small": BaseRecipe(vision_depth=3),
-    "spatial-base-large": BaseRecipe(),
-    # the no-ability control (issue 8): the format and the wording's logic on coin-flip facts; built on first use, not shipped
-    NO_ABILITY_BASE: BaseRecipe(facts="random", perception_steps=0, perception_weight=0.0, logic_steps=300, steps=100),
-}
-STANDS_IN_FOR = {"spatial-base-small": "3B", "spatial-base-large": "7B"}   # the shipped bases
-SHIPPED_DIR = Path(__file__).parents[1] / "weights" if "__file__" in globals() else Path("../consistency_amp/weights")
-PRETRAINING_VERSION = 2   # bump when the pretraining code changes what it builds (2: match think, logic stage, window)
-
-def spatial_base_key(recipe: BaseRecipe) -> str:
-    "Hash of the recipe, the code version and the versions of the libraries that shape the weights."
-    import numpy, PIL, tokenizers, transformers
-    from consistency_amp.world.synthetic import GENERATOR_VERSION
-    from consistency_amp.training.models import tiny_tokenizer_corpus
-    parts = dict(recipe=recipe.to_dict(), version=PRETRAINING_VERSION, generator=GENERATOR_VERSION,
-                 corpus=hashlib.sha256("\n".join(tiny_tokenizer_corpus()).encode()).hexdigest(),
-                 libs=[torch.__version__, transformers.__version__, tokenizers.__version__, numpy.__version__, PIL.__version__])
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-
-# %% ../../nbs/24_pretraining.ipynb #5a4653e1
-def _check_name(name: str) -> BaseRecipe:
-    check_choice("spatial base", name, SPATIAL_BASES)
-    return SPATIAL_BASES[name]
-
-def shipped_base(name: str) -> Path | None:
-    "The folder of the shipped weights of `name`, if the package has them for the current recipe."
-    folder = SHIPPED_DIR / name
-    try: return folder if json.loads((folder / RECIPE_FILE).read_text()) == _check_name(name).to_dict() else None
-    except (OSError, ValueError): return None
-
-def spatial_base_path(name: str, cache_dir=None, progress: bool = True) -> Path:
-    "The folder of the spatial base `name`: shipped weights, a cached build, or a new build (minutes on a CPU)."
-    recipe = _check_name(name)
-    if (shipped := shipped_base(name)) is not None: return shipped
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return build_once(root / f"{name}-{spatial_base_key(recipe)}", lambda staging: pretrain(recipe, staging, progress))
