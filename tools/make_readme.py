@@ -20,7 +20,8 @@ def science_paragraph() -> str:
     if not SCIENCE_CSV.exists(): return "*The miniature experiment has not been run: `bash tools/reproduce.sh` runs it.*"
     from consistency_amp.experiments.experiment_figures import miniature_summary
     return ("**What the miniature shows** (`figures/science.md` and `figures/science_sampled.png`, made by "
-            "`bash tools/reproduce.sh` on a 2-core CPU): " + miniature_summary(SCIENCE_CSV, SAMPLED_CSV))
+            "`bash tools/reproduce.sh` on a 2-core CPU; the paper's own transformation set by `--full`): "
+            + miniature_summary(SCIENCE_CSV, SAMPLED_CSV))
 
 def render() -> str:
     nb = nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4)

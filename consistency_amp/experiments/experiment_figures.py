@@ -246,6 +246,10 @@ def miniature_summary(science_csv, sampled_csv) -> str:
                  f"(n = {greedy['base_accuracy']['n']}), " + ", ".join(f"{name} {pct(greedy[m])}" for m, name in names.items() if m in greedy))
         if "gain_ratio" in greedy:
             verdict = "reproduces" if round(float(greedy["gain_ratio"]["value"]), 3) >= 0.8 else "does NOT reproduce"
-            text += f": the paper's claim on greedy answers {verdict} here (gain ratio {float(greedy['gain_ratio']['value']):.2f})"
+            text += f": the paper's claim on greedy answers {verdict} here (gain ratio {float(greedy['gain_ratio']['value']):.2f}"
+            acc_greedy = greedy.get("accuracy_reward_accuracy")
+            if acc_greedy and float(acc_greedy["low"]) <= float(greedy["base_accuracy"]["value"]):
+                text += "; the accuracy reward's greedy gain is within noise, so the ratio is unstable"
+            text += ")"
         text += "."
     return text
