@@ -161,10 +161,28 @@ SAMPLED_LABELS = {"base": "base", "accuracy": "accuracy reward", "consistency": 
                   "blind": "blind\n(paper's set)", "consistency_marker_swap": "consistency\n(marker swap)",
                   "blind_marker_swap": "blind\n(marker swap)"}
 
+def _plot_gains(ax, rows: list[dict]):
+    "The change of one sample's accuracy over the base, in pp, per trained condition: the paired interval and the seeds."
+    base = next(r for r in rows if r["condition"] == "base")["sampled_value"]
+    trained = [r for r in rows if r["condition"] != "base"]
+    for i, r in enumerate(trained):
+        colour = CONDITION_COLOURS.get(r["condition"], "0.3")
+        value, low, high = (100 * r[f"gain_{k}"] for k in ("value", "low", "high"))
+        ax.bar(i, value, 0.6, color=colour, alpha=0.35)
+        ax.errorbar(i, value, [[value - low], [high - value]], color=colour, capsize=3, lw=1.2)
+        if r["seeds"] > 1: ax.scatter([i] * r["seeds"], [100 * (s - base) for s in r["per_seed"]], s=10, color=colour, zorder=3)
+        ax.annotate(f"{value:+.1f}", (i, high), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    ax.axhline(0, color="0.4", lw=0.8, ls="--")
+    ax.set_xticks(range(len(trained)), [SAMPLED_LABELS.get(r["condition"], r["condition"]) for r in trained], fontsize=7)
+    ax.margins(y=0.15)                                                            # room for the labels above the bars
+    ax.set(title="one sample: change over the base (pp)", ylabel="percentage points")
+
 def plot_sampled(rows: list[dict], title: str = "The sampled answers: one sample at T = 1, and the majority of 8"):
-    "Sampled and majority-of-8 accuracy per condition, with intervals and seeds; the figure."
+    "Sampled and majority-of-8 accuracy per condition, and the change of one sample over the base, with intervals and seeds; the figure."
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 3.6), gridspec_kw=dict(width_ratios=(1, 1, 0.9)))
+    axes[1].sharey(axes[0])
+    _plot_gains(axes[2], rows)
     for ax, key, name in zip(axes, ("sampled", "majority"), ("one sample at T = 1", "majority of 8 samples")):
         for i, r in enumerate(rows):
             colour = CONDITION_COLOURS.get(r["condition"], "0.3")
