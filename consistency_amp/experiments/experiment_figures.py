@@ -42,8 +42,8 @@ def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_
 SIZES = {"": "base", "_small": "base_small"}   # condition suffix -> the base it starts from (large: 7B, small: 3B)
 BASE_TITLES = {"base": "spatial-base-large (stands in for 7B)", "base_small": "spatial-base-small (stands in for 3B)"}
 
-def _interval(arrays: dict, statistic, resamples: int):
-    value, low, high = bootstrap(arrays, statistic, resamples)
+def _interval(arrays: dict, statistic, resamples: int, fractions: bool = False):
+    value, low, high = bootstrap(arrays, statistic, resamples, fractions=fractions)
     return dict(value=value, low=low, high=high)
 
 def same_task_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 1000) -> list[dict]:
@@ -127,16 +127,6 @@ def plot_transfer(rows: list[dict], title: str):
     return fig
 
 # %% ../../nbs/47_experiment_figures.ipynb #8c5afab0
-def _fraction_interval(data: dict, statistic, resamples: int, seed: int = 0) -> dict:
-    "`statistic` of {name: seeds x questions fractions} and its 95% percentile interval over seed-and-question resamples."
-    rng, n = np.random.default_rng(seed), next(iter(data.values())).shape[1]
-    draws = []
-    for _ in range(resamples):
-        cols = rng.integers(n, size=n)
-        draws.append(statistic({k: a[rng.integers(len(a), size=len(a))][:, cols].mean() for k, a in data.items()}))
-    low, high = np.percentile(draws, [2.5, 97.5])
-    return dict(value=float(statistic({k: a.mean() for k, a in data.items()})), low=float(low), high=float(high))
-
 def sampled_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 1000) -> list[dict]:
     "Per condition of SAMPLED_CONDITIONS that has sampled answers: sampled and majority-of-K accuracy, and the change in sampled accuracy against the base, with intervals."
     data = {}
@@ -150,10 +140,10 @@ def sampled_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 1000)
     rows = []
     for c, (sampled, majority) in arrays.items():
         rows.append(dict(condition=c, seeds=len(sampled), n=sampled.shape[1], per_seed=sampled.mean(1).tolist())
-                    | {f"sampled_{k}": v for k, v in _fraction_interval({"c": sampled}, lambda m: m["c"], resamples).items()}
-                    | {f"majority_{k}": v for k, v in _fraction_interval({"c": majority}, lambda m: m["c"], resamples).items()}
-                    | {f"gain_{k}": v for k, v in _fraction_interval({"c": sampled, "b": arrays["base"][0]},
-                                                                     lambda m: m["c"] - m["b"], resamples).items()})
+                    | {f"sampled_{k}": v for k, v in _interval({c: sampled}, lambda m: m[c], resamples, fractions=True).items()}
+                    | {f"majority_{k}": v for k, v in _interval({c: majority}, lambda m: m[c], resamples, fractions=True).items()}
+                    | {f"gain_{k}": v for k, v in _interval({c: sampled, "base": arrays["base"][0]},
+                                                            lambda m: m[c] - m["base"], resamples, fractions=True).items()})
     return rows
 
 # %% ../../nbs/47_experiment_figures.ipynb #4c98e7eb

@@ -26,15 +26,16 @@ CONDITIONS = ("base", "accuracy", "consistency", "consistency_random", "consiste
               "consistency_marker_swap", "blind_marker_swap",   # beyond the paper: transforms.BEYOND_PAPER_TRANSFORMS
               "no_ability_base", "no_ability_consistency") + tuple(f"accuracy_noise{p:g}" for p in NOISE_LEVELS)
 
-def check_outcomes(outcomes: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
-    "The outcomes as {condition: seeds x examples 0/1 array}, every condition over the same number of examples."
+def check_outcomes(outcomes: Mapping[str, Sequence], fractions: bool = False) -> dict[str, np.ndarray]:
+    "The outcomes as {condition: seeds x examples 0/1 array} (with `fractions`: values in [0, 1], e.g. the share of K samples right), every condition over the same number of examples."
     out, n = {}, None
     for name, seeds in outcomes.items():
         if name not in CONDITIONS: raise ValueError(f"outcomes: unknown condition {name!r}; valid choices: {', '.join(CONDITIONS)}")
         a = np.asarray(seeds, dtype=float)
         if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
             raise ValueError(f"outcomes[{name!r}]: expected seeds x examples (a list of 0/1 vectors), got shape {a.shape}")
-        if not np.isin(a, (0.0, 1.0)).all(): raise ValueError(f"outcomes[{name!r}]: correctness must be 0 or 1")
+        if fractions and not ((a >= 0) & (a <= 1)).all(): raise ValueError(f"outcomes[{name!r}]: fractions must lie in [0, 1]")
+        if not fractions and not np.isin(a, (0.0, 1.0)).all(): raise ValueError(f"outcomes[{name!r}]: correctness must be 0 or 1")
         if n is not None and a.shape[1] != n:
             raise ValueError(f"outcomes[{name!r}] has {a.shape[1]} examples, others {n}: every condition must be scored on the same examples")
         n, out[name] = a.shape[1], a
@@ -50,9 +51,9 @@ def condition_means(outcomes: dict[str, np.ndarray], seed_rows: dict | None = No
     return means
 
 # %% ../../nbs/45_science.ipynb #cf9e6ae9
-def bootstrap(outcomes: Mapping, statistic, resamples: int = 2000, seed: int = 0, level: float = 0.95):
-    "(value, low, high): `statistic(means)` on the data and its percentile interval over seed-and-example resamples."
-    data = check_outcomes(outcomes)
+def bootstrap(outcomes: Mapping, statistic, resamples: int = 2000, seed: int = 0, level: float = 0.95, fractions: bool = False):
+    "(value, low, high): `statistic(means)` on the data and its percentile interval over seed-and-example resamples (`fractions`: see `check_outcomes`)."
+    data = check_outcomes(outcomes, fractions)
     value = statistic(condition_means(data))
     rng, n = np.random.default_rng(seed), next(iter(data.values())).shape[1]
     draws = []
