@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuild the shipped spatial bases (issue 8), the stand-ins of consistency_amp.training.pretraining.STANDS_IN_FOR, from their
+# Rebuild the shipped spatial bases (issue 8), the stand-ins of consistency_amp.training.spatial_bases.STANDS_IN_FOR, from their
 # recipes in SPATIAL_BASES (spatial-base-none, the no-ability control, is not shipped: it is built on first use):
 #
 #   bash tools/build_bases.sh            # both shipped bases, one process and one core each, in parallel
@@ -13,12 +13,13 @@ cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
 [ -f .venv/bin/activate ] && [ -z "${VIRTUAL_ENV:-}" ] && . .venv/bin/activate
 names=("$@")
-[ ${#names[@]} -gt 0 ] || mapfile -t names < <(python -c "from consistency_amp.training.pretraining import STANDS_IN_FOR; print(*STANDS_IN_FOR, sep='\n')")
+[ ${#names[@]} -gt 0 ] || mapfile -t names < <(python -c "from consistency_amp.training.spatial_bases import STANDS_IN_FOR; print(*STANDS_IN_FOR, sep='\n')")
 pids=()
 for name in "${names[@]}"; do
   OMP_NUM_THREADS=1 python - "$name" <<'PY' &
 import sys, torch
-from consistency_amp.training.pretraining import SHIPPED_DIR, SPATIAL_BASES, pretrain
+from consistency_amp.training.pretraining import pretrain
+from consistency_amp.training.spatial_bases import SHIPPED_DIR, SPATIAL_BASES
 name = sys.argv[1]
 if name not in SPATIAL_BASES: sys.exit(f"build_bases: unknown base {name!r}; valid choices: {', '.join(SPATIAL_BASES)}")
 torch.set_num_threads(1)

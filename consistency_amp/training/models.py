@@ -212,7 +212,7 @@ def tiny_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -
     return build_once(root / f"{TINY_MODEL}-{tiny_model_key(seed)}", lambda staging: build_tiny_qwen2_5_vl(staging, seed=seed))
 
 # %% ../../nbs/20_models.ipynb #0afba045
-SPATIAL_BASE_PREFIX = "spatial-base-"   # names of `pretraining.SPATIAL_BASES`
+SPATIAL_BASE_PREFIX = "spatial-base-"   # names of `spatial_bases.SPATIAL_BASES`
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> str:
