@@ -20,6 +20,7 @@ rows = []
 cache = {}
 for test in sorted(folder.glob("*/eval/*.json")):   # the experiment's test.json, the val sweep's val.json
     d = json.loads(test.read_text())
+    if "data_root" not in d: continue                # eval/test-sampled.json: sampled answers, not greedy ones
     root = Path(d["data_root"]) if Path(d["data_root"]).is_dir() else Path(".cache/synthetic") / Path(d["data_root"]).name
     if root not in cache:
         cache[root] = {e.uid: e for v in held_out_examples(root, d["tasks"], d["sources"]).values() for e in v}
