@@ -217,7 +217,8 @@ def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tu
     folder = experiment_dir(config, runs_dir); logs = folder / "logs"; logs.mkdir(parents=True, exist_ok=True)
     todo = missing_jobs(config, runs_dir)
     if not todo: return []
-    queue, running, failed = list(todo), {}, []
+    # trained jobs first, the shorter evaluate-only ones (the base) last: they fill the core the last training leaves idle
+    queue, running, failed = sorted(todo, key=lambda job: job[0] in EVALUATED_ONLY), {}, []
     env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     with tqdm(total=len(todo), desc=f"experiment-{config.digest}", unit="job") as bar:
         while queue or running:
