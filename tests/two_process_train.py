@@ -75,6 +75,9 @@ def main(out_dir: str, world_root: str) -> None:
             "distributed_type": str(trainer.accelerator.distributed_type), "steps": record,
             "log": [h for h in trainer.state.log_history if "loss" in h]}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(info))
+    import torch.distributed as dist
+    if dist.is_initialized():   # leave no communication thread running at interpreter teardown (it can abort the exit)
+        dist.barrier(); dist.destroy_process_group()
 
 
 if __name__ == "__main__":

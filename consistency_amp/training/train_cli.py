@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> Path:
         run_dir = start_run(params) if world_size() == 1 else None
     except (ValueError, FileExistsError) as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")
     run_dir = train_run(params, run_dir)[0]
+    import torch.distributed as dist                # loaded by now: training imported torch
+    if dist.is_available() and dist.is_initialized():   # under torchrun / accelerate: exit cleanly, no thread left running
+        dist.barrier(); dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0: print(f"run folder: {run_dir}")
     return run_dir
 
