@@ -9,6 +9,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "consistency_amp"
 LAYERS = ("", "reward", "world", "training", "experiments")   # "": the top level
+# top-level aliases of entry points (`python -m consistency_amp.train`): they import only when run as __main__
+ENTRY_ALIASES = {"consistency_amp.train"}
 
 
 def layer(module: str) -> int:
@@ -41,13 +43,23 @@ def upward_imports(package: Path) -> list[tuple[str, str]]:
     for path in sorted(package.rglob("*.py")):
         if path.stem == "_modidx": continue
         module = ".".join(("consistency_amp",) + path.relative_to(package).with_suffix("").parts)
+        if module in ENTRY_ALIASES: continue       # checked by test_entry_aliases_import_only_when_run
         bad += [(module, other) for other in sorted(imports(path, package)) if layer(other) > layer(module)]
     return bad
 
 
 def test_every_module_has_a_layer():
     assert {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()} == set(LAYERS[1:])
-    assert {p.stem for p in PKG.glob("*.py")} == {"__init__", "_modidx", "core", "files"}
+    assert {p.stem for p in PKG.glob("*.py")} == {"__init__", "_modidx", "core", "files"} | {a.split(".")[-1] for a in ENTRY_ALIASES}
+
+
+def test_entry_aliases_import_only_when_run():
+    "An entry alias at the top level imports nothing when imported: every import sits under `if __name__ == \"__main__\"`."
+    for alias in ENTRY_ALIASES:
+        tree = ast.parse((PKG / (alias.split(".")[-1] + ".py")).read_text())
+        main_blocks = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        outside = [n for n in tree.body if n not in main_blocks]
+        assert main_blocks and not [n for top in outside for n in ast.walk(top) if isinstance(n, (ast.Import, ast.ImportFrom))], alias
 
 
 def test_imports_point_down_the_layers():
