@@ -88,7 +88,9 @@ def recipe(path) -> dict:
     if not path.is_file(): raise ValueError(f"{where}: no such file")
     values = yaml.safe_load(path.read_text()) or {}
     if not isinstance(values, dict): raise ValueError(f"{where}: expected a mapping of TrainParams fields")
-    for key, value in (values.pop("env", None) or {}).items(): os.environ[key] = str(value)
+    env = values.pop("env", None) or {}
+    if not isinstance(env, dict): raise ValueError(f"{where}: env must be a mapping of environment variables; got {env!r}")
+    for key, value in env.items(): os.environ[key] = str(value)
     names = {f.name for f in fields(TrainParams)}
     if "model_name_or_path" in values: values.setdefault("model", values.pop("model_name_or_path"))
     trainer_args, model_args = split_trl_fields({k: v for k, v in values.items() if k not in names}, where)
@@ -115,7 +117,7 @@ def parse_args(argv: list[str] | None = None) -> TrainParams:
     if rest:
         given = _given_flags(rest)
         if "model_name_or_path" in given:
-            if given["model_name_or_path"] != args["model"] and "--model" in (argv or []):
+            if given["model_name_or_path"] != args["model"] and "--model" in (sys.argv[1:] if argv is None else argv):
                 raise ValueError(f"--model_name_or_path {given['model_name_or_path']!r} and --model {args['model']!r} name two models: give one")
             args["model"] = given.pop("model_name_or_path")
         trainer_args, model_args = split_trl_fields(given, "flags")
