@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from consistency_amp.experiments import evaluation as ev
+from consistency_amp.experiments.decoders import GreedyDecoder
 from consistency_amp.training.models import TINY_MODEL, load_processor
 from consistency_amp.world.prompts import LABEL_COLUMNS
 from consistency_amp.training.runs import ADAPTER_DIR, create_run, EVAL_DIR, read_json, write_status
@@ -254,9 +255,9 @@ def test_bad_completers_and_models(tmp_path):
     with pytest.raises(ValueError, match="needs its processor"):
         ev.evaluate(torch.nn.Linear(1, 1), tasks="depth", max_examples=1, progress=False)
     with pytest.raises(ValueError, match="has no `generate`"):
-        ev.GreedyDecoder(torch.nn.Linear(1, 1), load_processor(TINY_MODEL))
+        GreedyDecoder(torch.nn.Linear(1, 1), load_processor(TINY_MODEL))
     with pytest.raises(ValueError, match="processor"):
-        ev.GreedyDecoder(FakeVLM(load_processor(TINY_MODEL)), None)
+        GreedyDecoder(FakeVLM(load_processor(TINY_MODEL)), None)
 
 
 # ------------------------------------------------------------------ run files

@@ -78,8 +78,8 @@ def score(trainer, texts):
     (dict(label_noise=True, reward="accuracy"), "label_noise must be a probability"),
     (dict(label_noise=0.1), "reads no label"),
     (dict(num_generations=1), "num_generations (the group size K) must be an integer >= 2"),
-    (dict(pairs_per_device=0), "pairs_per_device must be a positive integer or None"),
-    (dict(pairs_per_device=None, per_device_train_batch_size=None), "per_device_train_batch_size must be a positive"),
+    (dict(pairs_per_device=0), "pairs_per_device must be an integer >= 1 or None"),
+    (dict(pairs_per_device=None, per_device_train_batch_size=None), "per_device_train_batch_size (with pairs_per_device=None) must be an integer >= 1"),
     (dict(per_device_train_batch_size=5), "contradicts pairs_per_device=2"),
     (dict(reward_weights=[1.0, 1.0, 0.0]), "reward_weights must hold 2 weights"),
     (dict(remove_unused_columns=True), "remove_unused_columns must be False"),
@@ -99,7 +99,7 @@ def test_config_pairs_and_steps_per_generation():
 def test_keys_and_sampler_bad_input():
     with pytest.raises(ValueError, match="no key for index=3, side=2"): pair_key(3, 2, 0, 5)
     with pytest.raises(ValueError, match="non-negative integer"): split_key("7", 5)
-    with pytest.raises(ValueError, match="pairs_per_batch must be a positive integer"): PairedRepeatSampler(5, 2, 0)
+    with pytest.raises(ValueError, match="pairs_per_batch must be an integer >= 1"): PairedRepeatSampler(5, 2, 0)
     with pytest.raises(ValueError, match=r"completions 0\.\.3 are not the x group"):
         check_pair_layout(["a", "a", "b", "b"], ["original", "original", "augmented", "augmented"], 2)
     with pytest.raises(ValueError, match=r"completions 0\.\.3 are not the x group"):

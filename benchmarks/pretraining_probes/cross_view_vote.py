@@ -21,7 +21,8 @@ import sys
 import numpy as np
 import torch
 
-from consistency_amp.experiments.evaluation import GreedyDecoder, held_out_examples
+from consistency_amp.experiments.decoders import GreedyDecoder
+from consistency_amp.experiments.evaluation import held_out_examples
 from consistency_amp.experiments.experiment import SOURCE, ExperimentConfig, world_config
 from consistency_amp.training.models import load_model
 from consistency_amp.world.prompts import make_prompt_pair

@@ -5,7 +5,8 @@ RUN: a trained run folder (runs/experiment-*/<condition>-seed<s>); its adapter i
 import sys, json
 import numpy as np, torch
 from consistency_amp.experiments.experiment import ExperimentConfig, world_config, SOURCE
-from consistency_amp.experiments.evaluation import GreedyDecoder, held_out_examples
+from consistency_amp.experiments.decoders import GreedyDecoder
+from consistency_amp.experiments.evaluation import held_out_examples
 from consistency_amp.training.models import load_model
 from consistency_amp.world.prompts import load_rgb, make_prompt
 from consistency_amp.world.synthetic import default_world

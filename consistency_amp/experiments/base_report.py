@@ -34,7 +34,7 @@ def cell_rows(examples) -> list[dict]:
 def cell_report(model, processor, examples, batch_size: int = 64, max_new_tokens: int = 32):
     "Per (task, relation, order): n, greedy accuracy, True rate and format rate on `examples` with forced wordings."
     import pandas as pd
-    from consistency_amp.experiments.evaluation import GreedyDecoder
+    from consistency_amp.experiments.decoders import GreedyDecoder
     from consistency_amp.world.tasks import RELATION_PHRASES
     from consistency_amp.reward.verifiers import parse_answer
     decoder, rows = GreedyDecoder(model, processor, max_new_tokens), cell_rows(examples)
@@ -49,7 +49,7 @@ def cell_report(model, processor, examples, batch_size: int = 64, max_new_tokens
 # %% ../../nbs/25_base_report.ipynb #b8a7ba8b
 def group_diversity(model, processor, examples, K: int = 8, max_new_tokens: int = 32, seed: int = 0) -> dict:
     "At temperature 1: the format rate of K samples per example and the share of groups holding both answers."
-    from consistency_amp.experiments.evaluation import GreedyDecoder
+    from consistency_amp.experiments.decoders import GreedyDecoder
     from consistency_amp.reward.verifiers import parse_answer
     decoder, both, parsed, total = GreedyDecoder(model, processor, max_new_tokens), 0, 0, 0
     torch.manual_seed(seed)

@@ -22,23 +22,23 @@ from ..training.run_records import read_run
 from ..training.model_card import write_model_card
 from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of
-from ..core import DEFAULT_MODEL, PAPER_MODELS, PAPER_SETTINGS, TINY_MODEL, check_choice, check_choices
+from ..core import DEFAULT_MODEL, PAPER_MODELS, TINY_MODEL, check_choice, check_choices, check_int
+from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
 from ..training.train import model_size
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from ..reward.verifiers import accuracy, consistency, format_reward, parse_answer
 
 # %% auto #0
-__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'DEFAULT_MAX_NEW_TOKENS', 'BACKENDS', 'TASK_GROUPS', 'resolve_tasks',
-           'check_int', 'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples',
-           'transform_rng', 'answer_type_of', 'example_rows', 'GreedyDecoder', 'process_group', 'answer_examples',
-           'summarize', 'check_eval_params', 'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path',
-           'evaluate_run', 'model_kind', 'model_run_name', 'evaluate_model']
+__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'resolve_tasks', 'base_model_sizes',
+           'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng', 'answer_type_of',
+           'example_rows', 'process_group', 'answer_examples', 'summarize', 'check_eval_params', 'evaluate',
+           'default_eval_name', 'check_eval_name', 'eval_path', 'evaluate_run', 'model_kind', 'model_run_name',
+           'evaluate_model']
 
 # %% ../../nbs/30_evaluation.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
 DEFAULT_BATCH_SIZE = 16               # prompts per `generate` call
-DEFAULT_MAX_NEW_TOKENS = PAPER_SETTINGS["max_completion_length"]   # training's completion length, the same for every model
-BACKENDS = ("transformers", "vllm")   # who decodes: `generate` (GreedyDecoder), or vLLM on GPUs (nbs/30c_vllm_decoder.ipynb)
+BACKENDS = ("transformers", "vllm")   # who decodes: `generate` (GreedyDecoder, nbs/30_decoders.ipynb), or vLLM on GPUs (nbs/30c_vllm_decoder.ipynb)
 
 TASK_GROUPS = {"all": TASKS, "boolean": BOOLEAN_TASKS, "numeric": NUMERIC_TASKS}
 
@@ -46,12 +46,6 @@ def resolve_tasks(tasks) -> tuple[str, ...]:
     "Task names from a group name ('all', 'boolean', 'numeric'), one task name, or a list of task names."
     if isinstance(tasks, str) and tasks in TASK_GROUPS: return TASK_GROUPS[tasks]
     return check_choices("tasks", tasks, TASKS + tuple(TASK_GROUPS) if isinstance(tasks, str) else TASKS)
-
-def check_int(param: str, value, minimum: int, allow_none: bool = False) -> None:
-    "Raise unless `value` is an integer >= `minimum` (or None, if allowed)."
-    if allow_none and value is None: return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{param} must be an integer >= {minimum}{' or None' if allow_none else ''}; got {value!r}")
 
 # %% ../../nbs/30_evaluation.ipynb #33133663
 def _load_model(*args, **kwargs):
@@ -124,52 +118,6 @@ def example_rows(example: Example, consistency_samples: int = 1, seed: int = 0) 
         rows.append(dict(common, side="augmented", draw=draw, relation=pair.relation, transform=repr(pair.transform),
                          prompt=x_prime["prompt"], image=x_prime["image"]))
     return rows
-
-# %% ../../nbs/30_evaluation.ipynb #30286361
-class GreedyDecoder:
-    "Greedy completions of prompt rows by a vision-language model: chat template, one left-padded batch, `generate`, decode."
-    def __init__(self, model, processor, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS):
-        check_int("max_new_tokens", max_new_tokens, 1)
-        if processor is None or not hasattr(processor, "apply_chat_template") or not hasattr(processor, "tokenizer"):
-            raise ValueError("GreedyDecoder needs the model's multimodal processor (the one `models.load_model` returns)")
-        if not callable(getattr(model, "generate", None)): raise ValueError(f"{type(model).__name__} has no `generate`")
-        self.model, self.processor, self.max_new_tokens = model, processor, max_new_tokens
-        pad = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
-        tokenizer = processor.tokenizer
-        self.pad_token_id = pad if pad is not None else (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
-                                                         else tokenizer.eos_token_id)
-
-    @property
-    def generation_kwargs(self) -> dict:
-        "Plain greedy decoding: argmax at every step, no repetition penalty; the same for every model."
-        return dict(do_sample=False, num_beams=1, repetition_penalty=1.0, max_new_tokens=self.max_new_tokens,
-                    pad_token_id=self.pad_token_id)
-
-    def prompt_text(self, messages: list[dict]) -> str:
-        "The chat-template text of one prompt, ending where the assistant's answer starts."
-        return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
-    def inputs(self, rows: Sequence[dict]):
-        "The left-padded model inputs of `rows` (only their `prompt` messages and `image`s are read), on the model's device."
-        tokenizer = self.processor.tokenizer
-        side, tokenizer.padding_side = tokenizer.padding_side, "left"
-        try:
-            inputs = self.processor(text=[self.prompt_text(r["prompt"]) for r in rows], images=[r["image"] for r in rows],
-                                    padding=True, return_tensors="pt")
-        finally: tokenizer.padding_side = side
-        return inputs.to(getattr(self.model, "device", "cpu"))   # the processor gives CPU tensors; a GPU model needs them there
-
-    def complete(self, rows: Sequence[dict]) -> list[str]:
-        "The greedy completion of every row, decoded without special tokens."
-        import torch
-        inputs = self.inputs(rows)
-        training = bool(getattr(self.model, "training", False))
-        if training: self.model.eval()
-        try:
-            with torch.inference_mode(): out = self.model.generate(**inputs, **self.generation_kwargs)
-        finally:
-            if training: self.model.train()
-        return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
 
 # %% ../../nbs/30_evaluation.ipynb #47f3c1a0
 def process_group() -> tuple[int, int]:

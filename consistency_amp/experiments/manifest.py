@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..core import (check_choice, NOISE_LEVELS, PAIRINGS, PAPER_GPUS, PAPER_JOINT_STEPS,
+from ..core import (check_choice, check_int, NOISE_LEVELS, PAIRINGS, PAPER_GPUS, PAPER_JOINT_STEPS,
                                   PAPER_MODEL_SIZES, PAPER_MODELS, PAPER_SETTINGS, REWARDS, SCALES)
 from ..training.runs import resolve_path, run_name
 from ..training.train import model_size as entry_model_size
@@ -48,8 +48,7 @@ def scale_settings(scale: str, **overrides) -> dict:
         if name in ("learning_rate", "temperature", "beta"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and name != "beta"):
                 raise ValueError(f"scale setting {name} must be a positive number; got {value!r}")
-        elif isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"scale setting {name} must be an integer >= {low}; got {value!r}")
+        else: check_int(f"scale setting {name}", value, low)
     return settings | overrides
 
 # %% ../../nbs/31_manifest.ipynb #aa05eb97

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluation import GreedyDecoder, held_out_examples
+from .decoders import GreedyDecoder
+from .evaluation import held_out_examples
 from ..reward.verifiers import accuracy, parse_answer
 from ..training.runs import EVAL_DIR, jsonable, utc_now, write_json
 from ..world.prompts import load_rgb, make_prompt

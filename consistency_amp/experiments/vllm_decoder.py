@@ -10,7 +10,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from .evaluation import DEFAULT_MAX_NEW_TOKENS, check_int
+from ..core import check_int
+from .decoders import DEFAULT_MAX_NEW_TOKENS
 
 # %% auto #0
 __all__ = ['VLLM_EXTRA', 'require_vllm', 'VLLMDecoder']

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from scipy.stats import binom, norm
 
 from ..files import write_atomically
-from ..core import PAIRINGS, check_choice
+from ..core import PAIRINGS, check_choice, check_int
 from .pairing import consistency_rewards, pair_rewards_batch
 
 # %% ../../nbs/02_baseline.ipynb #57da98e2
@@ -40,9 +40,7 @@ def _check_relation(relation) -> None:
     check_choice("relation", relation, GUESSER_RELATIONS)
 
 def _check_group_size(K) -> int:
-    if isinstance(K, (bool, np.bool_)) or not isinstance(K, numbers.Integral) or K < 1:
-        raise ValueError(f"group size K must be a positive integer; got {K!r}")
-    return int(K)
+    return int(check_int("group size K", K, 1))
 
 def _check_probability(name: str, x):
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) or not 0 <= x <= 1:
@@ -192,8 +190,7 @@ def monte_carlo_reward(K: int, strategy: str, *, p: float = 0.5, relation: str =
     _check_relation(relation)
     check_choice("side", side, SIDES)
     p, q = float(_check_probability("p", p)), float(_check_probability("unparseable", unparseable))
-    if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 2:
-        raise ValueError(f"n_samples must be an integer >= 2 (a standard error needs two groups); got {n_samples!r}")
+    check_int("n_samples (a standard error needs two groups)", n_samples, 2)
     rng = np.random.default_rng(seed)
     says_true = rng.random((n_samples, 2, K)) < p
     parses = rng.random((n_samples, 2, K)) >= q

@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
-                                  TINY_MODEL, check_choice)
+                                  TINY_MODEL, check_choice, check_int)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
 from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, CHECKPOINTS_DIR, create_run,
                                            last_checkpoint, PARAM_KEYS, resolve_path, run_path, write_status)
@@ -61,10 +61,6 @@ def model_size(model: str) -> str | None:
 
 # %% ../../nbs/23_train_entry.ipynb #3ae34ac7
 _TRUE, _FALSE, _NONE = ("true", "yes", "1", "on"), ("false", "no", "0", "off"), ("none", "null", "")
-
-def _int(name: str, value, low: int, what: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}{what} must be an integer >= {low}; got {value!r}")
 
 def _number(name: str, value, low: float, strict: bool) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (value <= low if strict else value < low):
@@ -155,11 +151,11 @@ class TrainParams:
         check_choice("source", self.source, SOURCE_CHOICES)
         check_choice("reward", self.reward, REWARDS)
         check_choice("pairing", self.pairing, PAIRINGS)
-        _int("num_generations", self.num_generations, 2, " (the group size K)")
-        for name in ("steps", "pairs_per_device", "max_completion_length"): _int(name, getattr(self, name), 1)
-        for name in ("seed", "save_steps"): _int(name, getattr(self, name), 0)
-        if self.keep_checkpoints is not None: _int("keep_checkpoints", self.keep_checkpoints, 1)
-        if self.stop_after is not None: _int("stop_after", self.stop_after, 1)
+        check_int("num_generations (the group size K)", self.num_generations, 2)
+        for name in ("steps", "pairs_per_device", "max_completion_length"): check_int(name, getattr(self, name), 1)
+        for name in ("seed", "save_steps"): check_int(name, getattr(self, name), 0)
+        check_int("keep_checkpoints", self.keep_checkpoints, 1, allow_none=True)
+        check_int("stop_after", self.stop_after, 1, allow_none=True)
         _number("learning_rate", self.learning_rate, 0, strict=True)
         _number("temperature", self.temperature, 0, strict=True)
         _number("beta", self.beta, 0, strict=False)

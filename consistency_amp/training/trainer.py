@@ -18,7 +18,7 @@ from datasets import Dataset as HFDataset
 from torch.utils.data import Dataset, Sampler
 from trl import GRPOConfig, GRPOTrainer
 
-from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice
+from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
 from ..world.prompts import PromptPair, make_prompt_pair
 from ..world.tasks import BOOLEAN_TASKS, Example
@@ -36,7 +36,6 @@ def _param(default, help: str, **kwargs):
     "A dataclass field with `help` metadata, as `HfArgumentParser` and TRL's configs use."
     return field(default=default, metadata={"help": help}, **kwargs)
 
-def _is_int(value) -> bool: return isinstance(value, int) and not isinstance(value, bool)
 
 @dataclass
 class OTGRPOConfig(GRPOConfig):
@@ -73,20 +72,16 @@ class OTGRPOConfig(GRPOConfig):
             raise ValueError(f"label_noise={p} corrupts the labels of the accuracy reward, but reward={self.reward!r} "
                              "reads no label; use reward='accuracy' or label_noise=0")
         K = self.num_generations
-        if not _is_int(K) or K < 2:
-            raise ValueError(f"num_generations (the group size K) must be an integer >= 2; got {K!r}")
+        check_int("num_generations (the group size K)", K, 2)
         if self.pairs_per_device is not None:
-            if not _is_int(self.pairs_per_device) or self.pairs_per_device < 1:
-                raise ValueError(f"pairs_per_device must be a positive integer or None; got {self.pairs_per_device!r}")
+            check_int("pairs_per_device", self.pairs_per_device, 1, allow_none=True)
             size = 2 * self.pairs_per_device * K
             if self.per_device_train_batch_size not in (None, size):
                 raise ValueError(f"per_device_train_batch_size={self.per_device_train_batch_size} contradicts "
                                  f"pairs_per_device={self.pairs_per_device} (2 * {self.pairs_per_device} * K={K} = "
                                  f"{size}); set pairs_per_device=None to choose the batch size yourself")
             self.per_device_train_batch_size = size
-        elif not _is_int(self.per_device_train_batch_size) or self.per_device_train_batch_size < 1:
-            raise ValueError("with pairs_per_device=None, per_device_train_batch_size must be a positive integer; "
-                             f"got {self.per_device_train_batch_size!r}")
+        else: check_int("per_device_train_batch_size (with pairs_per_device=None)", self.per_device_train_batch_size, 1)
         if self.remove_unused_columns:
             raise ValueError("remove_unused_columns must be False: the rewards read the pair_id, side, relation, "
                              "answer_type (and ground_truth) columns of the rows")
@@ -122,7 +117,7 @@ class PairedRepeatSampler(Sampler[int]):
                  shuffle: bool = True, seed: int = 0):
         for name, value in (("num_examples", num_examples), ("num_generations", num_generations),
                             ("pairs_per_batch", pairs_per_batch), ("repeat_count", repeat_count)):
-            if not _is_int(value) or value < 1: raise ValueError(f"{name} must be a positive integer; got {value!r}")
+            check_int(name, value, 1)
         self.num_examples, self.num_generations, self.pairs_per_batch = num_examples, num_generations, pairs_per_batch
         self.repeat_count, self.shuffle, self.seed, self.epoch = repeat_count, shuffle, seed, 0
 

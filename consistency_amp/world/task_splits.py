@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..core import check_choice
+from ..core import check_choice, check_int
 from .geometry import box_area_fraction, box_coverage, box_iou
 from .omni3d import load_omni3d, Object3D, omni3d_json_path, OMNI3D_SOURCES, OMNI3D_SPLITS, Scene
 from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question,
@@ -288,8 +288,7 @@ def build_examples_by_task(scenes, tasks=TASKS, filters: TaskFilters | dict | No
     tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
     for task in tasks:
         if task not in TASKS: raise ValueError(f"build_examples: unknown task {task!r}; expected one of {TASKS}")
-    if isinstance(max_per_image, bool) or not isinstance(max_per_image, (int, np.integer)) or max_per_image < 1:
-        raise ValueError(f"build_examples: max_per_image must be a positive integer, got {max_per_image!r}")
+    check_int("build_examples: max_per_image", max_per_image, 1)
     out = {t: [] for t in tasks}
     for s in scenes:
         f = _resolve_filters(filters, s.source)
