@@ -28,7 +28,7 @@ from ..world.tasks import BOOLEAN_TASKS, TASKS
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'FLAG_PARAMS',
+__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'SET_BY_PARAMS', 'FLAG_PARAMS',
            'report_integrations', 'model_size', 'load_kwargs', 'TrainParams', 'as_params', 'world_size', 'start_run',
            'train_examples', 'trainer_config', 'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run',
            'run_training']
@@ -100,7 +100,19 @@ def load_kwargs(model_args: dict | None) -> dict:
     return {MODEL_ARGS[k]: v for k, v in model_args.items() if k != "use_peft"}
 
 # %% ../../nbs/23_train_entry.ipynb #e1a19da0
-FLAG_PARAMS = ("resume", "overwrite", "blind", "marker_swap")   # the TrainParams fields that are on/off flags
+# the OTGRPOConfig fields a run's TrainParams sets (`trainer_config`), and the TrainParams field each comes from: one
+# more setting of them in `trainer_args` (or a command-line flag) would say the same thing twice, and is refused
+SET_BY_PARAMS = {"max_steps": "steps", "output_dir": "runs_dir / run_name", "run_name": "run_name", "reward": "reward",
+                 "pairing": "pairing", "label_noise": "label_noise", "num_generations": "num_generations",
+                 "pairs_per_device": "pairs_per_device", "learning_rate": "learning_rate", "temperature": "temperature",
+                 "beta": "beta", "seed": "seed", "max_completion_length": "max_completion_length",
+                 "save_steps": "save_steps", "save_total_limit": "keep_checkpoints", "report_to": "report_to",
+                 "gradient_checkpointing": "gradient_checkpointing", "activation_checkpointing": "gradient_checkpointing",
+                 "model_name_or_path": "model"}
+
+# how a papermill / command-line string is read for a field, by the field's annotation (`_coerce`)
+_KINDS = {"bool": "bool", "bool | None": "optional bool", "int": "int", "int | None": "optional int", "float": "float",
+          "str | None": "optional", "dict | None": "json", "str": None}
 
 def _arg(help: str, default=None):
     "A TrainParams field with its `--help` text (TRL's convention: the help lives on the field)."
@@ -140,13 +152,8 @@ class TrainParams:
     model_args: dict | None = _arg(f'trl.ModelConfig fields for the loader, e.g. {{"lora_r": 16, "dtype": "bfloat16"}}; valid: {", ".join(MODEL_ARGS)}', None)
 
     def __post_init__(self):
-        kinds = {**dict.fromkeys(FLAG_PARAMS, "bool"), "gradient_checkpointing": "optional bool",
-                 "data_root": "optional", "run_name": "optional", "runs_dir": "optional", "scale": "optional",
-                 "keep_checkpoints": "optional int", "stop_after": "optional int", "trainer_args": "json", "model_args": "json",
-                 "steps": "int", "num_generations": "int", "pairs_per_device": "int", "seed": "int",
-                 "max_completion_length": "int", "save_steps": "int", "learning_rate": "float",
-                 "temperature": "float", "beta": "float", "label_noise": "float"}
-        for name, kind in kinds.items(): setattr(self, name, _coerce(getattr(self, name), kind, name))
+        for f in fields(self):
+            if _KINDS[f.type]: setattr(self, f.name, _coerce(getattr(self, f.name), _KINDS[f.type], f.name))
         check_choice("task", self.task, TRAIN_TASKS, " ('joint': the four boolean tasks together)")
         check_choice("source", self.source, SOURCE_CHOICES)
         check_choice("reward", self.reward, REWARDS)
@@ -176,6 +183,8 @@ class TrainParams:
         if not isinstance(self.model, str) or not self.model.strip(): raise ValueError(f"model must be a name or path; got {self.model!r}")
         if self.trainer_args is not None and not isinstance(self.trainer_args, dict):
             raise ValueError(f"trainer_args must be a dict of OTGRPOConfig fields; got {self.trainer_args!r}")
+        if twice := sorted(set(self.trainer_args or {}) & set(SET_BY_PARAMS)):   # it would silently win over the field
+            raise ValueError(f"trainer_args: {twice[0]} is set by {SET_BY_PARAMS[twice[0]]}: give that instead")
         load_kwargs(self.model_args)                     # a ModelConfig field the loader does not take: refused now
         if self.run_name is not None: check_run_name(self.run_name)
         if self.data_root is not None: self.data_root = str(self._check_data_root(self.data_root))
@@ -210,6 +219,9 @@ class TrainParams:
         record["scale"] = self.scale or ("paper" if paper and size in PAPER_MODEL_SIZES else "mini")
         if record["name"] is None: record["name"] = default_run_name(record)
         return {k: record[k] for k in PARAM_KEYS} | {k: v for k, v in record.items() if k not in PARAM_KEYS}
+
+FLAG_PARAMS = tuple(f.name for f in fields(TrainParams) if f.type == "bool")   # the on/off flags
+
 
 # %% ../../nbs/23_train_entry.ipynb #c5893031
 def as_params(params: TrainParams | dict | None = None, **overrides) -> TrainParams:
@@ -254,8 +266,10 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
         max_completion_length=params.max_completion_length, logging_steps=1,
         save_strategy="steps" if params.save_steps else "no", save_steps=params.save_steps or 500,
         save_total_limit=params.keep_checkpoints, report_to=report_integrations(params.report_to) or "none", disable_tqdm=False,
-        use_cpu=not cuda, bf16=cuda and torch.cuda.is_bf16_supported(),
-        gradient_checkpointing=cuda if params.gradient_checkpointing is None else params.gradient_checkpointing)
+        use_cpu=not cuda, bf16=cuda and torch.cuda.is_bf16_supported())
+    # transformers 5.x renamed gradient_checkpointing to activation_checkpointing (the old name warns); either is honoured
+    checkpointing = "activation_checkpointing" if hasattr(OTGRPOConfig, "activation_checkpointing") else "gradient_checkpointing"
+    settings[checkpointing] = cuda if params.gradient_checkpointing is None else params.gradient_checkpointing
     return OTGRPOConfig(**(settings | (params.trainer_args or {})))
 
 # %% ../../nbs/23_train_entry.ipynb #3738326b

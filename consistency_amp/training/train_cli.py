@@ -13,11 +13,11 @@ from pathlib import Path
 
 from ..core import PAIRINGS, REWARDS, console_logging
 from .runs import resolve_path
-from .train import (FLAG_PARAMS, SOURCE_CHOICES, TRAIN_TASKS, TrainParams, _coerce, as_params, start_run,
+from .train import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_TASKS, TrainParams, _coerce, as_params, start_run,
                     train_run, world_size)
 
 # %% auto #0
-__all__ = ['SET_BY_PARAMS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'main', 'cli']
+__all__ = ['argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'main', 'cli']
 
 # %% ../../nbs/23a_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -52,14 +52,6 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 # %% ../../nbs/23a_train_cli.ipynb #1a57b726
-# the OTGRPOConfig fields that TrainParams sets under its own names (a flag for them would say the same thing twice)
-SET_BY_PARAMS = {"max_steps": "steps", "output_dir": "runs_dir / run_name", "run_name": "run_name", "reward": "reward",
-                 "pairing": "pairing", "label_noise": "label_noise", "num_generations": "num_generations",
-                 "pairs_per_device": "pairs_per_device", "learning_rate": "learning_rate", "temperature": "temperature",
-                 "beta": "beta", "seed": "seed", "max_completion_length": "max_completion_length",
-                 "save_steps": "save_steps", "save_total_limit": "keep_checkpoints", "report_to": "report_to",
-                 "gradient_checkpointing": "gradient_checkpointing", "model_name_or_path": "model"}
-
 def trl_parser():
     "TRL's `TrlParser` over `OTGRPOConfig` and `trl.ModelConfig`: it types the flags TrainParams does not name."
     from trl import ModelConfig, TrlParser
