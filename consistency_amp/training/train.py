@@ -99,7 +99,7 @@ def load_kwargs(model_args: dict | None) -> dict:
         raise ValueError("model_args: use_peft=False (full fine-tuning) is not supported: every run trains and saves a LoRA adapter")
     return {MODEL_ARGS[k]: v for k, v in model_args.items() if k != "use_peft"}
 
-# %% ../../nbs/23_train_entry.ipynb #e1a19da0
+# %% ../../nbs/23_train_entry.ipynb #5bcf54e5
 # the OTGRPOConfig fields a run's TrainParams sets (`trainer_config`), and the TrainParams field each comes from: one
 # more setting of them in `trainer_args` (or a command-line flag) would say the same thing twice, and is refused
 SET_BY_PARAMS = {"max_steps": "steps", "output_dir": "runs_dir / run_name", "run_name": "run_name", "reward": "reward",
@@ -118,6 +118,7 @@ def _arg(help: str, default=None):
     "A TrainParams field with its `--help` text (TRL's convention: the help lives on the field)."
     return field(default=default, metadata={"help": help})
 
+# %% ../../nbs/23_train_entry.ipynb #e1a19da0
 @dataclass
 class TrainParams:
     "Parameters of one training run (CPU defaults); checked when built, before anything heavy is imported."
@@ -220,8 +221,8 @@ class TrainParams:
         if record["name"] is None: record["name"] = default_run_name(record)
         return {k: record[k] for k in PARAM_KEYS} | {k: v for k, v in record.items() if k not in PARAM_KEYS}
 
+# %% ../../nbs/23_train_entry.ipynb #31f70c95
 FLAG_PARAMS = tuple(f.name for f in fields(TrainParams) if f.type == "bool")   # the on/off flags
-
 
 # %% ../../nbs/23_train_entry.ipynb #c5893031
 def as_params(params: TrainParams | dict | None = None, **overrides) -> TrainParams:
