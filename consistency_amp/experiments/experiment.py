@@ -28,10 +28,11 @@ from ..world.tasks import BOOLEAN_TASKS
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS', 'FULL_CONDITIONS',
-           'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS',
-           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file',
-           'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'argument_parser', 'main']
+__all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS',
+           'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME',
+           'SAMPLED_CONDITIONS', 'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir',
+           'eval_file', 'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'argument_parser',
+           'main']
 
 # %% ../../nbs/46_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
@@ -43,10 +44,14 @@ DEFAULT_CONDITIONS = ("base", "accuracy", "consistency_marker_swap", "blind_mark
 SCIENCE_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap",
                       "consistency_random", "consistency_one_to_all", "no_ability_base", "no_ability_consistency") + tuple(
     f"accuracy_noise{p:g}" for p in NOISE_LEVELS)                   # the science table's rows (`consistency_amp.experiments.science`)
-# Figures 2-4 in miniature: each boolean task trained alone, with each reward, from each base ("_small": the base that
-# stands in for 3B), evaluated on every task and on the held-out source; {condition: (task, reward, start)}
-PER_TASK_CONDITIONS = {f"{task}_{reward}{size}": (task, reward, start) for size, start in (("", "base"), ("_small", "base_small"))
-                       for task in BOOLEAN_TASKS for reward in ("accuracy", "consistency")}
+# Figures 2-4 in miniature: each boolean task trained alone, from each base ("_small": the base that stands in for 3B),
+# evaluated on every task and on the held-out source. The rewards are those of the joint conditions of the same name
+# (their overrides); consistency with the marker swap, beyond the paper, from the large base only (the small base
+# gains nothing on its own tasks even with labels). {condition: (task, reward, start)}
+PER_TASK_REWARDS = ("accuracy", "consistency", "consistency_marker_swap")
+PER_TASK_CONDITIONS = {f"{task}_{reward}{size}": (task, reward, start)
+                       for size, start, rewards in (("", "base", PER_TASK_REWARDS), ("_small", "base_small", PER_TASK_REWARDS[:2]))
+                       for task in BOOLEAN_TASKS for reward in rewards}
 FIGURE_CONDITIONS = ("base_small",) + tuple(PER_TASK_CONDITIONS)
 FULL_CONDITIONS = SCIENCE_CONDITIONS + FIGURE_CONDITIONS
 
@@ -110,9 +115,9 @@ CONDITION_OVERRIDES = {
     "consistency_marker_swap": dict(reward="consistency", pairing="minimal", marker_swap=True),   # beyond the paper
     "blind_marker_swap": dict(reward="consistency", pairing="minimal", blind=True, marker_swap=True),
     "no_ability_consistency": dict(reward="consistency", pairing="minimal", start="no_ability_base"),
-} | {f"accuracy_noise{p:g}": dict(reward="accuracy", label_noise=p) for p in NOISE_LEVELS} | {
-    name: dict(task=task, reward=reward, start=start) | (dict(pairing="minimal") if reward == "consistency" else {})
-    for name, (task, reward, start) in PER_TASK_CONDITIONS.items()}
+} | {f"accuracy_noise{p:g}": dict(reward="accuracy", label_noise=p) for p in NOISE_LEVELS}
+CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES[reward] | dict(task=task, start=start)    # a per-task run: its reward's
+                        for name, (task, reward, start) in PER_TASK_CONDITIONS.items()}   # joint overrides, on one task
 def _no_ability_model(config) -> str:
     from consistency_amp.training.spatial_bases import NO_ABILITY_BASE   # (imported late: the module loads torch)
     return NO_ABILITY_BASE

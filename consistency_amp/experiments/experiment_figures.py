@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS,
+from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, PER_TASK_REWARDS,
                                                     SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs)
 from .experiment_report import CONDITION_COLOURS, save_figure
 from .sampling import SAMPLED_EVAL_NAME
@@ -19,7 +19,7 @@ from .science import bootstrap, science_summary
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['SIZES', 'BASE_TITLES', 'REWARD_COLOURS', 'SAMPLED_LABELS', 'correctness', 'same_task_rows', 'transfer_rows',
+__all__ = ['SIZES', 'BASE_TITLES', 'REWARD_COLOURS', 'CONDITION_LABELS', 'correctness', 'same_task_rows', 'transfer_rows',
            'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures', 'sampled_summary',
            'miniature_summary']
 
@@ -52,7 +52,7 @@ def same_task_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 100
     for suffix, base in SIZES.items():
         base_data = correctness(config, base, runs_dir=runs_dir)
         for task in BOOLEAN_TASKS:
-            for reward, condition in (("base", base), ("accuracy", f"{task}_accuracy{suffix}"), ("consistency", f"{task}_consistency{suffix}")):
+            for reward, condition in [("base", base)] + [(reward, f"{task}_{reward}{suffix}") for reward in PER_TASK_REWARDS]:
                 if (data := base_data if reward == "base" else correctness(config, condition, runs_dir=runs_dir)) is None: continue
                 a, tasks, _ = data
                 cols = [i for i, t in enumerate(tasks) if t == task]
@@ -76,7 +76,11 @@ def transfer_rows(config: ExperimentConfig, eval_name: str = EVAL_NAME, runs_dir
     return rows
 
 # %% ../../nbs/47_experiment_figures.ipynb #f612a53d
-REWARD_COLOURS = {"base": "0.55", "accuracy": "#1f77b4", "consistency": "#d62728"}
+REWARD_COLOURS = {r: CONDITION_COLOURS[r] for r in ("base",) + PER_TASK_REWARDS}   # each reward as its joint condition
+CONDITION_LABELS = {"base": "base", "accuracy": "accuracy reward", "consistency": "consistency\n(paper's set)",
+                    "blind": "blind\n(paper's set)", "consistency_marker_swap": "consistency\n(marker swap)",
+                    "blind_marker_swap": "blind\n(marker swap)"}   # tick labels; in one line: "\n" -> " "
+def _label(condition: str) -> str: return CONDITION_LABELS.get(condition, condition).replace("\n", " ")
 
 def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the trained task"):
     "Accuracy on the trained task per base (one panel each), task and reward, with intervals and seeds; the figure."
@@ -89,8 +93,9 @@ def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the tr
             for i, task in enumerate(BOOLEAN_TASKS):
                 r = next((r for r in rows if (r["base"], r["task"], r["reward"]) == (base, task, reward)), None)
                 if r is None: continue
-                x, colour = i + (j - 1) * 0.27, REWARD_COLOURS[reward]
-                ax.bar(x, r["value"], 0.25, color=colour, alpha=0.35, label=None if reward in labelled else reward)
+                width = 0.8 / len(REWARD_COLOURS)
+                x, colour = i + (j - (len(REWARD_COLOURS) - 1) / 2) * width, REWARD_COLOURS[reward]
+                ax.bar(x, r["value"], 0.92 * width, color=colour, alpha=0.35, label=None if reward in labelled else _label(reward))
                 labelled.add(reward)
                 ax.errorbar(x, r["value"], [[r["value"] - r["low"]], [r["high"] - r["value"]]], color=colour, capsize=2, lw=1.2)
                 ax.scatter([x] * len(r["per_seed"]), r["per_seed"], s=9, color=colour, zorder=3)
@@ -98,7 +103,7 @@ def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the tr
         ax.set_xticks(range(len(BOOLEAN_TASKS)), [f"{t}\n(n={ns.get(t, 0)})" for t in BOOLEAN_TASKS], fontsize=7)
         ax.axhline(0.5, color="k", lw=0.6, ls=":")
         ax.set(title=BASE_TITLES.get(base, base), ylim=(0.3, 1.0), ylabel="accuracy")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=6, loc="lower right")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
@@ -107,9 +112,9 @@ def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the tr
 def plot_transfer(rows: list[dict], title: str):
     "The gain over the base per trained task (rows) and evaluated task (columns), one panel per reward; the figure."
     import matplotlib.pyplot as plt
-    rewards = [r for r in ("accuracy", "consistency") if any(row["reward"] == r for row in rows)]
+    rewards = [r for r in PER_TASK_REWARDS if any(row["reward"] == r for row in rows)]
     trained = [t for t in BOOLEAN_TASKS if any(row["trained"] == t for row in rows)]
-    fig, axes = plt.subplots(1, len(rewards), figsize=(4.6 * len(rewards), 0.9 + 0.8 * len(trained)), squeeze=False)
+    fig, axes = plt.subplots(1, len(rewards), figsize=(4.8 * len(rewards), 0.9 + 0.8 * len(trained)), squeeze=False)
     for ax, reward in zip(axes[0], rewards):
         grid = np.full((len(trained), len(BOOLEAN_TASKS)), np.nan)
         for r in rows:
@@ -121,7 +126,7 @@ def plot_transfer(rows: list[dict], title: str):
         ax.imshow(grid, cmap="RdBu", vmin=-20, vmax=20)
         ax.set_xticks(range(len(BOOLEAN_TASKS)), BOOLEAN_TASKS, fontsize=7, rotation=20)
         ax.set_yticks(range(len(trained)), trained, fontsize=7)
-        ax.set(xlabel="evaluated on", ylabel="trained on", title=f"{reward} reward: gain over the base (pp)")
+        ax.set(xlabel="evaluated on", ylabel="trained on", title=f"{_label(reward)}: gain over the base (pp)")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
@@ -147,10 +152,6 @@ def sampled_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 1000)
     return rows
 
 # %% ../../nbs/47_experiment_figures.ipynb #4c98e7eb
-SAMPLED_LABELS = {"base": "base", "accuracy": "accuracy reward", "consistency": "consistency\n(paper's set)",
-                  "blind": "blind\n(paper's set)", "consistency_marker_swap": "consistency\n(marker swap)",
-                  "blind_marker_swap": "blind\n(marker swap)"}
-
 def _plot_gains(ax, rows: list[dict]):
     "The change of one sample's accuracy over the base, in pp, per trained condition: the paired interval and the seeds."
     base = next(r for r in rows if r["condition"] == "base")["sampled_value"]
@@ -163,7 +164,7 @@ def _plot_gains(ax, rows: list[dict]):
         if r["seeds"] > 1: ax.scatter([i] * r["seeds"], [100 * (s - base) for s in r["per_seed"]], s=10, color=colour, zorder=3)
         ax.annotate(f"{value:+.1f}", (i, high), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
     ax.axhline(0, color="0.4", lw=0.8, ls="--")
-    ax.set_xticks(range(len(trained)), [SAMPLED_LABELS.get(r["condition"], r["condition"]) for r in trained], fontsize=7)
+    ax.set_xticks(range(len(trained)), [CONDITION_LABELS.get(r["condition"], r["condition"]) for r in trained], fontsize=7)
     ax.margins(y=0.15)                                                            # room for the labels above the bars
     ax.set(title="one sample: change over the base (pp)", ylabel="percentage points")
 
@@ -182,7 +183,7 @@ def plot_sampled(rows: list[dict], title: str = "The sampled answers: one sample
             if key == "sampled" and r["seeds"] > 1: ax.scatter([i] * r["seeds"], r["per_seed"], s=10, color=colour, zorder=3)
         base = next(r for r in rows if r["condition"] == "base")[f"{key}_value"]
         ax.axhline(base, color="0.4", lw=0.8, ls="--")
-        ax.set_xticks(range(len(rows)), [SAMPLED_LABELS.get(r["condition"], r["condition"]) for r in rows], fontsize=7)
+        ax.set_xticks(range(len(rows)), [CONDITION_LABELS.get(r["condition"], r["condition"]) for r in rows], fontsize=7)
         ax.set(title=f"{name} (n = {rows[0]['n']} questions)", ylim=(0.45, 0.75), ylabel="accuracy")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -224,7 +225,7 @@ def sampled_summary(csv_path) -> str:
     base = rows["base"]
     parts = [f"one sampled answer of the base is right {pp(base, 'sampled'):.1f}% of the time (n = {base['n']} questions, 8 "
              f"samples each at T = 1; the majority of 8: {pp(base, 'majority'):.1f}%)"]
-    parts += [f"{SAMPLED_LABELS[c].replace(chr(10), ' ')}: {gain(c)}" for c in SAMPLED_CONDITIONS if c in rows and c != "base"]
+    parts += [f"{_label(c)}: {gain(c)}" for c in SAMPLED_CONDITIONS if c in rows and c != "base"]
     text = "; ".join(parts) + " (means over seeds, 95% intervals over seeds and questions)."
     if "accuracy" in rows and "consistency_marker_swap" in rows and pp(rows["accuracy"], "gain") > 0:
         text += (f" Sampled-answer gain ratio, consistency with the marker swap over accuracy: "
