@@ -14,14 +14,15 @@ NOTICE = "<!-- generated from nbs/index.ipynb by tools/make_readme.py: edit the 
 SCIENCE_MARK = "<!-- science summary -->"   # in nbs/index.ipynb: replaced by the paragraph figures/science.csv supports
 SCIENCE_CSV = ROOT / "figures" / "science.csv"
 SAMPLED_CSV = ROOT / "figures" / "science_sampled.csv"   # the sampled answers (the default runs them)
+PER_TASK_CSV = ROOT / "figures" / "science_per_task.csv"  # one task at a time (--full runs them)
 
 def science_paragraph() -> str:
     "The miniature experiment's result in one paragraph, from the stored tables (consistency_amp.experiments.experiment_figures.miniature_summary)."
     if not SCIENCE_CSV.exists(): return "*The miniature experiment has not been run: `bash tools/reproduce.sh` runs it.*"
     from consistency_amp.experiments.experiment_figures import miniature_summary
     return ("**What the miniature shows** (`figures/science.md` and `figures/science_sampled.png`, made by "
-            "`bash tools/reproduce.sh` on a 2-core CPU; the paper's own transformation set by `--full`): "
-            + miniature_summary(SCIENCE_CSV, SAMPLED_CSV))
+            "`bash tools/reproduce.sh` on a 2-core CPU; the paper's own transformation set and the per-task runs by `--full`): "
+            + miniature_summary(SCIENCE_CSV, SAMPLED_CSV, PER_TASK_CSV))
 
 def render() -> str:
     nb = nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4)

@@ -15,13 +15,13 @@ from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, PER
                                                     SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs)
 from .experiment_report import CONDITION_COLOURS, save_figure
 from .sampling import SAMPLED_EVAL_NAME
-from .science import bootstrap, science_summary
+from .science import bootstrap, gain_ratio, science_summary
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
 __all__ = ['SIZES', 'BASE_TITLES', 'REWARD_COLOURS', 'CONDITION_LABELS', 'correctness', 'same_task_rows', 'transfer_rows',
-           'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures', 'sampled_summary',
-           'miniature_summary']
+           'same_task_gains', 'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures',
+           'sampled_summary', 'per_task_summary', 'miniature_summary']
 
 # %% ../../nbs/47_experiment_figures.ipynb #e46f6058
 def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_NAME, runs_dir=None):
@@ -73,6 +73,27 @@ def transfer_rows(config: ExperimentConfig, eval_name: str = EVAL_NAME, runs_dir
             cols = [i for i, t in enumerate(tasks) if t == task]
             rows.append(dict(trained=trained, reward=reward, task=task, n=len(cols), seeds=len(a))
                         | _interval({"consistency": a[:, cols], "base": b[:, cols]}, lambda m: m["consistency"] - m["base"], resamples))
+    return rows
+
+# %% ../../nbs/47_experiment_figures.ipynb #4a5c9261
+def same_task_gains(config: ExperimentConfig, runs_dir=None, resamples: int = 1000,
+                    consistency: str = "consistency_marker_swap") -> list[dict]:
+    "Per boolean task trained alone from the large base: the accuracy reward's and `consistency`'s gain over the base on that task, and their ratio, each with its interval."
+    if (base := correctness(config, "base", runs_dir=runs_dir)) is None: return []
+    rows = []
+    for task in BOOLEAN_TASKS:
+        acc, cons = (correctness(config, f"{task}_{reward}", runs_dir=runs_dir) for reward in ("accuracy", consistency))
+        if acc is None or cons is None: continue
+        if not base[2] == acc[2] == cons[2]: raise ValueError(f"{task}: the base and the runs trained on it were scored on other examples")
+        cols = [i for i, t in enumerate(base[1]) if t == task]
+        arrays = {"base": base[0][:, cols], "accuracy": acc[0][:, cols], consistency: cons[0][:, cols]}
+        row = dict(task=task, consistency=consistency, n=len(cols), seeds=len(cons[0]))
+        for name, statistic in (("accuracy_gain", lambda m: m["accuracy"] - m["base"]),
+                                ("consistency_gain", lambda m: m[consistency] - m["base"]),
+                                ("gain_ratio", lambda m: gain_ratio(m, consistency))):
+            value, low, high = bootstrap(arrays, statistic, resamples)
+            row |= {name: value, f"{name}_low": low, f"{name}_high": high}
+        rows.append(row)
     return rows
 
 # %% ../../nbs/47_experiment_figures.ipynb #f612a53d
@@ -190,16 +211,17 @@ def plot_sampled(rows: list[dict], title: str = "The sampled answers: one sample
     return fig
 
 # %% ../../nbs/47_experiment_figures.ipynb #9440dd92
-def _write(fig, rows: list[dict], out: Path, name: str) -> list[Path]:
+def _write_csv(rows: list[dict], out: Path, name: str) -> Path:
     import csv
-    paths = save_figure(fig, out, name)
     with open(out / f"{name}.csv", "w", newline="") as f:
         keys = [k for k in rows[0] if k != "per_seed"]
         writer = csv.DictWriter(f, keys, extrasaction="ignore"); writer.writeheader(); writer.writerows(rows)
-    return paths + [out / f"{name}.csv"]
+    return out / f"{name}.csv"
+
+def _write(fig, rows: list[dict], out: Path, name: str) -> list[Path]: return save_figure(fig, out, name) + [_write_csv(rows, out, name)]
 
 def report_figures(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 1000) -> list[Path]:
-    "Write Figures 2-4 in miniature (science_fig2_same_task, science_fig3_cross_task, science_fig4_cross_domain) where their runs exist."
+    "Write Figures 2-4 in miniature (science_fig2_same_task, science_fig3_cross_task, science_fig4_cross_domain), the per-task gain ratios (science_per_task.csv) and the sampled answers (science_sampled) where their runs exist."
     out, paths = Path(out_dir), []
     out.mkdir(parents=True, exist_ok=True)
     rows = same_task_rows(config, runs_dir, resamples)
@@ -209,6 +231,7 @@ def report_figures(config: ExperimentConfig, runs_dir=None, out_dir="figures", r
                                    ("science_fig4_cross_domain", HELD_OUT_EVAL_NAME, "Figure 4 in miniature: the held-out source (KITTI)")):
         if rows := transfer_rows(config, eval_name, runs_dir, resamples):
             paths += _write(plot_transfer(rows, title), rows, out, name)
+    if rows := same_task_gains(config, runs_dir, resamples): paths.append(_write_csv(rows, out, "science_per_task"))
     if rows := sampled_rows(config, runs_dir, resamples):
         paths += _write(plot_sampled(rows), rows, out, "science_sampled")
     return paths
@@ -232,9 +255,26 @@ def sampled_summary(csv_path) -> str:
                  f"{pp(rows['consistency_marker_swap'], 'gain') / pp(rows['accuracy'], 'gain'):.2f} (paper, on greedy answers: 0.83-0.87).")
     return text
 
+# %% ../../nbs/47_experiment_figures.ipynb #27aba91f
+def per_task_summary(csv_path) -> str:
+    "One sentence from a stored `science_per_task.csv`: per task where the accuracy reward gains beyond noise, both gains and the gain ratio with intervals; the other tasks named."
+    import csv
+    rows = list(csv.DictReader(open(csv_path)))
+    if not rows: return ""
+    pp = lambda r, k: f"{100 * float(r[k]):+.1f} pp [{100 * float(r[k + '_low']):+.1f}, {100 * float(r[k + '_high']):+.1f}]"
+    ratio = lambda r: f"{float(r['gain_ratio']):.2f} [{float(r['gain_ratio_low']):.2f}, {float(r['gain_ratio_high']):.2f}]"
+    gaining = [r for r in rows if float(r["accuracy_gain_low"]) > 0]
+    parts = [f"on {r['task'].replace('_', ' ')}, {_label(r['consistency'])} {pp(r, 'consistency_gain')} against the accuracy "
+             f"reward's {pp(r, 'accuracy_gain')} (gain ratio {ratio(r)})" for r in gaining]
+    text = (f"Trained one task at a time (from the large base, {rows[0]['seeds']} seeds, n = {rows[0]['n']} test questions per "
+            f"task, greedy): " + ("; ".join(parts) if parts else "the accuracy reward gains on no task beyond noise"))
+    if rest := [r["task"].replace("_", " ") for r in rows if r not in gaining]:
+        text += f"; on {', '.join(rest)} the accuracy reward itself gains nothing beyond noise, so there is no ratio to read"
+    return text + "."
+
 # %% ../../nbs/47_experiment_figures.ipynb #bcf7d88b
-def miniature_summary(science_csv, sampled_csv) -> str:
-    "The README's first-screen paragraph from a stored `science.csv` and `science_sampled.csv`: sampled gains, then greedy accuracies and the verdict."
+def _joint_summary(science_csv, sampled_csv) -> str:
+    "The joint runs' paragraph: sampled gains, then greedy accuracies and the verdict."
     import csv
     sampled = {r["condition"]: r for r in csv.DictReader(open(sampled_csv))} if Path(sampled_csv).is_file() else {}
     if not {"base", "accuracy", "consistency_marker_swap"} <= set(sampled): return science_summary(science_csv)
@@ -262,3 +302,10 @@ def miniature_summary(science_csv, sampled_csv) -> str:
             text += ")"
         text += "."
     return text
+
+def miniature_summary(science_csv, sampled_csv, per_task_csv=None) -> str:
+    "The README's first-screen paragraph from the stored `science.csv`, `science_sampled.csv` and (if given and run) `science_per_task.csv`."
+    text = _joint_summary(science_csv, sampled_csv)
+    if per_task_csv is not None and Path(per_task_csv).is_file(): text += " " + per_task_summary(per_task_csv)
+    return text
+
