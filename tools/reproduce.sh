@@ -12,9 +12,10 @@
 #   blind control, 3 seeds each, evaluated greedily on 300 held-out examples per task and on the sampled answers
 #   (8 at T = 1) of 100 per task (--full: also the consistency reward with the paper's own transformation set and its
 #   blind control, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures 2-4 from
-#   both spatial bases, nbs/47_experiment_figures.ipynb); writes figures/science.{md,csv},
-#   figures/science_{accuracy,monitor,claims,sampled}.{png,pdf} and, with --full,
-#   figures/science_fig{2_same_task,3_cross_task,4_cross_domain}.{png,pdf,csv}.
+#   both spatial bases, with consistency with the marker swap per task from the large one, nbs/47_experiment_figures.ipynb;
+#   about 3 h 20 min); writes figures/science.{md,csv}, figures/science_{accuracy,monitor,claims,sampled}.{png,pdf}
+#   and, with --full, figures/science_fig{2_same_task,3_cross_task,4_cross_domain}.{png,pdf,csv} and
+#   figures/science_per_task.csv (the per-task gain ratios).
 # * The mini grid: every paper figure's runs at toy size (a pipeline check; its numbers are not the science).
 # * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.
 # * Executes nbs/figures.ipynb with papermill; the executed copy goes to runs/figures/figures-<timestamp>.ipynb
