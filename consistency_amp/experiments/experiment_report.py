@@ -107,7 +107,8 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
     from consistency_amp.experiments.experiment_figures import miniature_summary, report_figures   # (late: they import this module)
     paths += report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4 and the sampled answers, where run
     if (sampled := out / "science_sampled.csv") in paths:   # the table's reading in one paragraph, as the README gives it
-        summary = miniature_summary(out / "science.csv", sampled, out / "science_per_task.csv")
+        per_task = out / "science_per_task.csv"                # only if this report wrote it: not a stored --full one
+        summary = miniature_summary(out / "science.csv", sampled, per_task if per_task in paths else None)
         with open(out / "science.md", "a") as f: f.write(f"\n## What the miniature shows\n\n{summary}\n")
         _logger.info(summary)
     return paths
