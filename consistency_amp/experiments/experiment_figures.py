@@ -288,14 +288,14 @@ def _joint_summary(science_csv, sampled_csv) -> str:
     greedy = {r["metric"]: r for r in csv.DictReader(open(science_csv)) if r["value"] not in ("", "nan")}
     pct = lambda r: f"{100 * float(r['value']):.1f}% [{100 * float(r['low']):.1f}, {100 * float(r['high']):.1f}]"
     gain = lambda c: f"{100 * float(sampled[c]['gain_value']):+.1f} pp [{100 * float(sampled[c]['gain_low']):+.1f}, {100 * float(sampled[c]['gain_high']):+.1f}]"
-    acc, swap, base = (float(sampled[c]["gain_value"]) for c in ("accuracy", "consistency_marker_swap", "base"))
+    acc, swap = (float(sampled[c]["gain_value"]) for c in ("accuracy", "consistency_marker_swap"))
     text = (f"Trained jointly on the four tasks, the label-free consistency reward (with the marker swap on every pair) "
             f"changes the accuracy of the answers the model samples, which GRPO trains, by {gain('consistency_marker_swap')}, "
             f"the accuracy reward with labels by {gain('accuracy')}")
     if acc > 0: text += f" (ratio {swap / acc:.2f}; the paper's gain ratio: 0.83-0.87)"
     if "blind_marker_swap" in sampled: text += f", and the blind control (grey training images) by {gain('blind_marker_swap')}"
-    text += (f"; one sampled answer of the base is right {100 * float(sampled['base']['sampled_value']):.1f}% of the time "
-             f"(n = {sampled['base']['n']} questions x 8 samples at T = 1; means over {sampled['accuracy']['seeds']} seeds, 95% intervals).")
+    text += (f" (n = {sampled['base']['n']} questions x 8 samples at T = 1, {sampled['accuracy']['seeds']} seeds, "
+             f"95% intervals).")
     if "base_accuracy" in greedy:
         names = {"accuracy_reward_accuracy": "accuracy reward", "consistency_marker_swap_accuracy": "consistency with the marker swap",
                  "consistency_reward_accuracy": "consistency with the paper's transformation set"}
