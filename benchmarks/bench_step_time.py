@@ -14,6 +14,10 @@ one run, in ABBA order after `--warmup` excluded steps, so drift (clocks, caches
 `--completion-length` tokens (`min_new_tokens` = `max_new_tokens`: EOS is masked until the last token). Prints
 seconds per step for each pairing, the ratio minimal / random, a breakdown of the step and the pairing time alone.
 `--stock-trl [after|before]` also times stock TRL's `GRPOTrainer` on the same model, prompts and completions per step.
+`--image-cache both` adds, for each pairing, an arm without the image-feature cache (`OTGRPOConfig.cache_image_features`,
+`nbs/21a_image_features.ipynb`), interleaved with the others: what encoding each distinct image once saves.
+`--profile` records one more step after the warm-up (not counted in the timings) with `torch.profiler` and prints
+where its time goes: the step's regions, the top operators and the top Python frames by self time (`step_profile.py`).
 """
 import argparse, json, os, platform, statistics, tempfile, time, warnings
 from contextlib import contextmanager
@@ -97,8 +101,21 @@ def parameter_count(arch: str, tokenizer=None) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+NO_CACHE = ":no-image-cache"   # suffix of an arm that runs its pairing with the image-feature cache disabled
+
+
+def arms(pairings, image_cache: str) -> list[str]:
+    "The timed arms: each pairing (with the image cache unless `image_cache` is 'off'), and without it for 'both'."
+    return list(pairings) + ([p + NO_CACHE for p in pairings] if image_cache == "both" else [])
+
+
+def arm_settings(arm: str) -> tuple[str, bool]:
+    "(pairing, image cache on?) of an arm."
+    return arm.removesuffix(NO_CACHE), not arm.endswith(NO_CACHE)
+
+
 def pairing_schedule(pairings, warmup: int, steps: int) -> list[str]:
-    "Pairing of every optimizer step: `warmup` steps cycling, then `steps` rounds in ABBA order (A B, B A, A B, ...)."
+    "Arm of every optimizer step: `warmup` steps cycling, then `steps` rounds in ABBA order (A B, B A, A B, ...)."
     if not pairings: raise ValueError("--pairings needs at least one pairing")
     out = [pairings[s % len(pairings)] for s in range(warmup)]
     for r in range(steps): out += list(pairings) if r % 2 == 0 else list(reversed(pairings))
@@ -192,16 +209,21 @@ def timed_trainer_class():
             self.sections.sync(); self.last = time.perf_counter(); self.sections.take()
 
         def on_step_begin(self, args, state, control, **kw):
-            args.pairing = self.schedule[state.global_step]
+            self.arm = self.schedule[state.global_step]
+            args.pairing, cache_on = arm_settings(self.arm)
+            if getattr(self.trainer, "image_cache", None) is not None: self.trainer.image_cache.enabled = cache_on
 
         def on_step_end(self, args, state, control, **kw):
             self.sections.sync(); now = time.perf_counter()
-            self.records.append(dict(step=state.global_step, pairing=args.pairing, seconds=now - self.last,
+            cache = getattr(self.trainer, "image_cache", None)
+            self.records.append(dict(step=state.global_step, arm=self.arm, pairing=args.pairing,
+                                     image_cache=cache is not None and cache.enabled, seconds=now - self.last,
                                      sections=self.sections.take()))
             if state.is_world_process_zero:  # progress: a long GPU step shows up as it ends, with its breakdown, so
                 b = breakdown(self.records[-1])   # that a run cut off by a time limit still gives its figures
                 peak = (f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if self.sections.cuda else "")
-                print(f"step {state.global_step}/{len(self.schedule)} {args.pairing}: {now - self.last:.2f} s "
+                print(f"step {state.global_step}/{len(self.schedule)} {self.arm}: "
+                      f"{now - self.last:.2f} s "
                       f"(generate {b['generate']:.2f}, loss+bwd {b['loss_backward']:.2f}, other prep "
                       f"{b['prepare_other']:.2f}, rewards {b['rewards']:.3f}, pairing {b['pairing'] * 1e3:.2f} ms{peak})",
                       flush=True)
@@ -222,6 +244,44 @@ def timed_trainer_class():
     return TimedOTGRPOTrainer, StepClock, timed_pairing
 
 
+def profile_callback(trainer, model, device, step: int, top: int, trace, say, clock):
+    """A callback that records optimizer step `step` (0-based) with torch.profiler, then prints and keeps its tables;
+    `clock` (the StepClock) restarts after the tables are made, so their cost is in no step's time."""
+    import sys
+    from transformers import TrainerCallback
+    sys.path.insert(0, str(Path(__file__).resolve().parent))   # step_profile.py beside this script
+    import step_profile
+
+    class ProfileStep(TrainerCallback):
+        tables, prof, handles, t0 = None, None, (), None
+
+        def on_train_begin(self, args, state, control, **kw):
+            step_profile.label_trainer(trainer)
+
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step != step: return
+            step_profile.label_optimizer(trainer.optimizer)
+            self.handles = step_profile.label_modules(model)
+            self.context = step_profile.profiled(device)
+            self.prof = self.context.__enter__(); self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            if self.prof is None or self.tables is not None: return
+            self.context.__exit__(None, None, None)
+            wall = time.perf_counter() - self.t0
+            for h in self.handles: h.remove()
+            self.tables = step_profile.profile_tables(self.prof, wall, top) | dict(step=state.global_step,
+                                                                                  pairing=args.pairing)
+            if trace is not None:
+                trace.parent.mkdir(parents=True, exist_ok=True); self.prof.export_chrome_trace(str(trace))
+            if state.is_world_process_zero:
+                say(f"--- profile of step {state.global_step} ({args.pairing}; not counted in the timings) ---\n"
+                    + step_profile.format_tables(self.tables)
+                    + (f"\nChrome trace written to {trace}" if trace is not None else "") + "\n---", flush=True)
+            clock.sections.sync(); clock.last = time.perf_counter(); clock.sections.take()
+    return ProfileStep()
+
+
 def breakdown(record: dict) -> dict:
     "A step's seconds split into disjoint parts (generate, rewards, other prepare, loss + backward, the rest)."
     t = dict.fromkeys(("prepare", "training_step", "generate", "rewards", "consistency", "pairing"), 0.0)
@@ -232,10 +292,10 @@ def breakdown(record: dict) -> dict:
 
 
 def summarise(records, warmup: int) -> dict:
-    "Per pairing: steps, mean / median / stdev seconds per step and the mean of each breakdown part (warm-up excluded)."
+    "Per arm: steps, mean / median / stdev seconds per step and the mean of each breakdown part (warm-up excluded)."
     out = {}
     for r in records[warmup:]:
-        out.setdefault(r["pairing"], []).append(r)
+        out.setdefault(r.get("arm", r["pairing"]), []).append(r)
     summary = {}
     for pairing, rs in out.items():
         seconds = [r["seconds"] for r in rs]
@@ -280,6 +340,15 @@ def parse_args(argv=None):
                     help="also time stock TRL (GRPOTrainer, format + accuracy rewards) on the same model, prompts and "
                          "completions per step, for --warmup + --steps steps, after (or before) the OT-GRPO arm: what "
                          "the project's machinery costs; run both orders, since the arms are not interleaved")
+    ap.add_argument("--image-cache", default="on", choices=("on", "off", "both"),
+                    help="encode each distinct image once per generation batch (OTGRPOConfig.cache_image_features); "
+                         "'both': for each pairing also an arm without it, interleaved (ABBA)")
+    ap.add_argument("--profile", action="store_true",
+                    help="record one extra step after the warm-up (excluded from the timings) with torch.profiler and "
+                         "print its regions, top operators and top Python frames by self time (step_profile.py)")
+    ap.add_argument("--profile-top", type=int, default=15, help="rows of the operator and Python-frame tables")
+    ap.add_argument("--profile-trace", type=Path, default=None,
+                    help="with --profile: also write the profiled step's Chrome trace here (open in Perfetto)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write the measured figures here")
     args = ap.parse_args(argv)
@@ -294,6 +363,8 @@ def parse_args(argv=None):
     if args.trainer_args is not None and not isinstance(args.trainer_args, dict):
         ap.error(f"--trainer-args must be a JSON object; got {args.trainer_args!r}")
     if args.warmup < 0: ap.error("--warmup must be >= 0")
+    if args.profile_top < 1: ap.error("--profile-top must be >= 1")
+    if args.profile_trace is not None and not args.profile: ap.error("--profile-trace needs --profile")
     return args
 
 
@@ -311,15 +382,17 @@ def run(args) -> dict:
     if args.max_pixels is not None or (args.arch != "tiny" and args.model is None):
         processor.image_processor.size = dict(RELEASED_PIXELS, **({"longest_edge": args.max_pixels}
                                                                    if args.max_pixels is not None else {}))
-    schedule = pairing_schedule(args.pairings, args.warmup, args.steps)
+    skipped = args.warmup + int(args.profile)   # warm-up steps, then the profiled step: none of them is timed
+    schedule = pairing_schedule(arms(args.pairings, args.image_cache), skipped, args.steps)
     gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
-    params = TrainParams(task=args.task, source=args.source, pairing=schedule[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
+    params = TrainParams(task=args.task, source=args.source, pairing=arm_settings(schedule[0])[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
                          steps=len(schedule), num_generations=args.K, pairs_per_device=args.pairs_per_device,
                          max_completion_length=args.completion_length, seed=args.seed, save_steps=0,
                          gradient_checkpointing=gc if device.type == "cuda" else bool(gc),
                          trainer_args={"generation_kwargs": {"min_new_tokens": args.completion_length},
                                        "disable_tqdm": True, "use_cpu": device.type != "cuda",
-                                       "bf16": dtype == torch.bfloat16} | (args.trainer_args or {}))
+                                       "bf16": dtype == torch.bfloat16,
+                                       "cache_image_features": args.image_cache != "off"} | (args.trainer_args or {}))
     examples = train_examples(params)
     main = int(os.environ.get("RANK", "0")) == 0
     say = print if main else (lambda *a, **k: None)
@@ -349,21 +422,30 @@ def run(args) -> dict:
         clock = StepClock(trainer, schedule, sections)
         trainer.add_callback(clock)
         trainer.remove_callback(PrinterCallback)   # one dict per step; the figures come at the end
+        profiler = None
+        if args.profile:
+            profiler = profile_callback(trainer, model, device, args.warmup, args.profile_top, args.profile_trace,
+                                        say, clock)
+            trainer.add_callback(profiler)
         say(f"{args.model or args.arch}: {counts['total']:,} parameters ({counts['lora_trainable'] / 1e6:.1f}M LoRA "
             f"trainable), built in {build_s:.1f} s on {device} ({dtype}); {world_size()} process(es), per device "
             f"{args.pairs_per_device} pairs x 2 prompts x K={args.K} = {config.per_device_train_batch_size} "
             f"completions of {args.completion_length} tokens; {len(examples)} {args.task}/{args.source} examples; "
-            f"steps: {args.warmup} warm-up + {args.steps} x {args.pairings}", flush=True)
+            f"steps: {args.warmup} warm-up{' + 1 profiled' if args.profile else ''} + {args.steps} x "
+            f"{arms(args.pairings, args.image_cache)}", flush=True)
         def run_stock():   # the same model and work through TRL's own trainer, before or after the OT-GRPO arm
             from dataclasses import replace
             stock_config = trainer_config(replace(params, steps=args.warmup + args.steps), Path(tmp) / "stock")
             stock_trainer = stock_trl_trainer(model, stock_config, examples, processor)
             stock_trainer.setup_timing(sections, args.answers == "scripted", args.seed)
-            stock_clock = StepClock(stock_trainer, ["stock"] * (args.warmup + args.steps), sections)
+            stock_clock = StepClock(stock_trainer, ["stock_trl"] * (args.warmup + args.steps), sections)
             stock_trainer.add_callback(stock_clock)
             stock_trainer.remove_callback(PrinterCallback)
             say(f"stock TRL GRPOTrainer: {stock_config.per_device_train_batch_size} completions per device and step", flush=True)
-            stock_trainer.train()
+            if trainer.image_cache is not None: trainer.image_cache.enabled = False   # stock: every row's image encoded
+            try: stock_trainer.train()
+            finally:
+                if trainer.image_cache is not None: trainer.image_cache.enabled = True
             return stock_clock.records
 
         stock_records = run_stock() if args.stock_trl == "before" else None
@@ -373,14 +455,15 @@ def run(args) -> dict:
         lengths = [(int(h["completions/min_length"]), int(h["completions/max_length"])) for h in trainer.state.log_history
                    if "completions/min_length" in h]
         if args.stock_trl == "after": stock_records = run_stock()
-        stock = None if stock_records is None else summarise(stock_records, args.warmup)["stock"]
+        stock = None if stock_records is None else summarise(stock_records, args.warmup)["stock_trl"]
 
-    summary = summarise(clock.records, args.warmup)
+    summary = summarise(clock.records, skipped)
     result = dict(arch=args.arch if args.model is None else None, model=args.model, device=str(device), device_name=torch.cuda.get_device_name(device)
                   if device.type == "cuda" else platform.processor() or platform.machine(),
                   world_size=world_size(), dtype=str(dtype).removeprefix("torch."),
                   gradient_checkpointing=bool(config.gradient_checkpointing),
                   attn_implementation=args.attn_implementation, trainer_args=args.trainer_args,
+                  image_cache=args.image_cache, profiled_steps=int(args.profile),
                   lora_dropout=args.lora_dropout,
                   pairs_per_device=args.pairs_per_device, K=args.K,
                   completions_per_device=config.per_device_train_batch_size, completion_length=args.completion_length,
@@ -388,7 +471,8 @@ def run(args) -> dict:
                   answers=args.answers, task=args.task, source=args.source, warmup=args.warmup, steps=args.steps,
                   parameters=counts, peak_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30
                   if device.type == "cuda" else None,
-                  steps_record=clock.records, pairings=summary)
+                  steps_record=clock.records, pairings=summary,
+                  profile=None if profiler is None else profiler.tables)
     if "minimal" in summary and "random" in summary:
         result["ratio_minimal_over_random"] = summary["minimal"]["mean_s"] / summary["random"]["mean_s"]
     if stock is not None:
@@ -399,11 +483,12 @@ def run(args) -> dict:
 
 def report(result: dict) -> str:
     s = result["pairings"]
-    lines = [f"{'pairing':<11}{'steps':>6}{'s/step':>10}{'median':>9}{'stdev':>8}{'generate':>10}{'rewards':>9}"
-             f"{'other prep':>11}{'loss+bwd':>10}{'rest':>8}{'consist.':>10}{'pairing':>11}"]
     rows = dict(s) | ({"stock_trl": result["stock_trl"]} if "stock_trl" in result else {})
+    w = max(11, *(len(name) + 1 for name in rows))
+    lines = [f"{'arm':<{w}}{'steps':>6}{'s/step':>10}{'median':>9}{'stdev':>8}{'generate':>10}{'rewards':>9}"
+             f"{'other prep':>11}{'loss+bwd':>10}{'rest':>8}{'consist.':>10}{'pairing':>11}"]
     for name, r in rows.items():
-        lines.append(f"{name:<11}{r['steps']:>6}{r['mean_s']:>10.3f}{r['median_s']:>9.3f}{r['stdev_s']:>8.3f}"
+        lines.append(f"{name:<{w}}{r['steps']:>6}{r['mean_s']:>10.3f}{r['median_s']:>9.3f}{r['stdev_s']:>8.3f}"
                      f"{r['generate_s']:>10.3f}{r['rewards_s']:>9.3f}{r['prepare_other_s']:>11.3f}"
                      f"{r['loss_backward_s']:>10.3f}{r['other_s']:>8.3f}{r['consistency_s'] * 1e3:>8.2f}ms"
                      f"{r['pairing_s'] * 1e3:>9.2f}ms")
@@ -412,6 +497,12 @@ def report(result: dict) -> str:
         lines.append(f"minimal / random = {ratio:.4f} ({(ratio - 1) * 100:+.2f}% overhead); paper (7B, 8 H100, "
                      f"4 pairs x K=8 per device): {PAPER_SECONDS['minimal']} / {PAPER_SECONDS['random']} s = "
                      f"{PAPER_SECONDS['minimal'] / PAPER_SECONDS['random']:.4f}")
+    for arm, r in s.items():   # --image-cache both: each pairing with and without the cache
+        if arm.endswith(NO_CACHE) and arm_settings(arm)[0] in s:
+            on = s[arm_settings(arm)[0]]
+            lines.append(f"image cache, {arm_settings(arm)[0]}: {on['mean_s']:.3f} s/step with, {r['mean_s']:.3f} "
+                         f"without ({(on['mean_s'] / r['mean_s'] - 1) * 100:+.1f}%); loss+bwd {on['loss_backward_s']:.3f}"
+                         f" vs {r['loss_backward_s']:.3f}, generate {on['generate_s']:.3f} vs {r['generate_s']:.3f}")
     if "ratio_over_stock_trl" in result:
         lines.append("over stock TRL (GRPOTrainer on the same prompts and completions per step): " + ", ".join(
             f"{p} {r:.3f} ({(r - 1) * 100:+.1f}%)" for p, r in result["ratio_over_stock_trl"].items()))

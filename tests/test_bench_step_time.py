@@ -57,9 +57,34 @@ def test_cpu_smoke_times_both_pairings(tmp_path):
     # the stock-TRL arm: TRL's GRPOTrainer on as many completions per step, after the OT-GRPO arm, no pairing in it
     stock = result["stock_trl"]
     assert stock["steps"] == 2 and stock["order"] == "after" and stock["pairing_s"] == stock["consistency_s"] == 0
-    assert [r["pairing"] for r in stock["steps_record"]] == ["stock"] * 3
+    assert [r["pairing"] for r in stock["steps_record"]] == ["stock_trl"] * 3   # the schema issue 23 asks for
     assert math.isclose(result["ratio_over_stock_trl"]["minimal"], s["minimal"]["mean_s"] / stock["mean_s"])
     assert "over stock TRL" in stdout and any(line.startswith("stock_trl") for line in stdout.splitlines())
+
+
+def test_cpu_profile_and_image_cache_arms(tmp_path):
+    "--profile records one extra, untimed step and prints its regions; --image-cache both interleaves cache-off arms."
+    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
+                               "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
+                               "--image-cache", "both", "--profile", "--profile-top", "5")
+    # warm-up, profiled step, then ABBA over the two arms: neither of the first two is timed
+    assert [r["arm"] for r in result["steps_record"]] == ["minimal", "minimal:no-image-cache", "minimal",
+                                                          "minimal:no-image-cache"]
+    assert [r["image_cache"] for r in result["steps_record"][2:]] == [True, False]
+    assert set(result["pairings"]) == {"minimal", "minimal:no-image-cache"}
+    assert all(r["steps"] == 1 for r in result["pairings"].values())
+    assert "image cache, minimal:" in stdout
+    prof = result["profile"]
+    assert prof["step"] == 2 and prof["device"] == "cpu" and prof["wall_s"] > 0
+    # the regions the issue asks about are labelled; generation prefills once, the loss forward once: two vision calls
+    assert {"generate", "log-probs, loss forward", "backward", "vision tower", "language model",
+            "LoRA dropout"} <= set(prof["regions"])
+    assert prof["regions"]["vision tower"]["calls"] == 2
+    assert prof["regions"]["generate"]["wall_ms"] > prof["regions"]["vision tower"]["wall_ms"] / 2 > 0
+    assert len(prof["operators"]) == len(prof["python_frames"]) == 5
+    assert any(r["name"].startswith("aten::") for r in prof["operators"])
+    assert all(".py(" in r["name"] for r in prof["python_frames"])
+    assert "--- profile of step 2" in stdout and "Python frame (by self CPU time)" in stdout
 
 
 @pytest.mark.parametrize("arch, hub_total", [("3B", 3.75e9), ("7B", 8.29e9)])
@@ -89,6 +114,10 @@ def test_pairing_schedule_is_abba_after_warmup(bench):
 def test_bad_options_name_the_option(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--pairings", "minimal,best"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--pairings" in proc.stderr and "best" in proc.stderr
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--profile-trace", "t.json"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--profile-trace needs --profile" in proc.stderr
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--image-cache", "maybe"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--image-cache" in proc.stderr and "both" in proc.stderr
 
 
 @pytest.mark.gpu

@@ -20,6 +20,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
+from .image_features import install_image_cache
 from ..world.prompts import PromptPair, make_prompt_pair
 from ..world.tasks import BOOLEAN_TASKS, Example
 from ..world.transforms import phi
@@ -61,6 +62,10 @@ class OTGRPOConfig(GRPOConfig):
     loss_type: str = _param("grpo", "TRL loss aggregation; 'grpo' is the paper's 1/K sum_i 1/T_i sum_t.")
     reward_weights: list[float] | None = _param(None, "Weights of the (format, task) rewards; None: 1.0 and 1.0 "
                                                 "(paper, Section 4.4).")
+    cache_image_features: bool = _param(True, "Encode each distinct image once per generation batch and reuse its "
+                                        "features in every forward of the step (the K completions of a prompt share "
+                                        "its image; the vision tower is frozen). Exact: the same log-probabilities "
+                                        "(nbs/21a_image_features). False: the model encodes every row's image.")
 
     def __post_init__(self):
         check_choice("reward", self.reward, REWARDS)
@@ -261,6 +266,9 @@ class OTGRPOTrainer(GRPOTrainer):
                          train_dataset=placeholder, processing_class=processing_class, peft_config=peft_config,
                          callbacks=callbacks, optimizers=optimizers)
         self.train_dataset = paired
+        # one slot per prompt of a generation batch, twice over: the current batch's images are never evicted
+        self.image_cache = install_image_cache(self.model, 2 * args.generation_batch_size // args.num_generations) \
+            if args.cache_image_features else None
 
     def _get_train_sampler(self, dataset=None) -> Sampler:
         dataset = self.train_dataset if dataset is None else dataset
