@@ -101,6 +101,17 @@ def parameter_count(arch: str, tokenizer=None) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def generation_args(use_vllm, completion_length: int) -> dict:
+    """OTGRPOConfig fields that make every completion exactly `completion_length` tokens (EOS masked until then), for
+    transformers' `generate` or, with `use_vllm` ('colocate' or 'server'), TRL's vLLM generation."""
+    if use_vllm is None: return {"generation_kwargs": {"min_new_tokens": completion_length}}
+    if use_vllm not in ("colocate", "server"):
+        raise ValueError(f"--use-vllm must be 'colocate' or 'server'; got {use_vllm!r}")
+    # vLLM's SamplingParams names it min_tokens; a bounded context keeps the KV cache within the colocated share
+    return {"use_vllm": True, "vllm_mode": use_vllm, "generation_kwargs": {"min_tokens": completion_length},
+            "vllm_max_model_length": 2048 + completion_length, "vllm_gpu_memory_utilization": 0.35}
+
+
 NO_CACHE = ":no-image-cache"   # suffix of an arm that runs its pairing with the image-feature cache disabled
 
 
@@ -270,12 +281,12 @@ def profile_callback(trainer, model, device, step: int, top: int, trace, say, cl
             self.context.__exit__(None, None, None)
             wall = time.perf_counter() - self.t0
             for h in self.handles: h.remove()
-            self.tables = step_profile.profile_tables(self.prof, wall, top) | dict(step=state.global_step,
-                                                                                  pairing=args.pairing)
+            self.tables = step_profile.profile_tables(self.prof, wall, top) | dict(
+                step=state.global_step, arm=clock.arm, pairing=args.pairing)
             if trace is not None:
                 trace.parent.mkdir(parents=True, exist_ok=True); self.prof.export_chrome_trace(str(trace))
             if state.is_world_process_zero:
-                say(f"--- profile of step {state.global_step} ({args.pairing}; not counted in the timings) ---\n"
+                say(f"--- profile of step {state.global_step} ({clock.arm}; not counted in the timings) ---\n"
                     + step_profile.format_tables(self.tables)
                     + (f"\nChrome trace written to {trace}" if trace is not None else "") + "\n---", flush=True)
             clock.sections.sync(); clock.last = time.perf_counter(); clock.sections.take()
@@ -343,6 +354,9 @@ def parse_args(argv=None):
     ap.add_argument("--image-cache", default="on", choices=("on", "off", "both"),
                     help="encode each distinct image once per generation batch (OTGRPOConfig.cache_image_features); "
                          "'both': for each pairing also an arm without it, interleaved (ABBA)")
+    ap.add_argument("--use-vllm", default=None, choices=("colocate", "server"),
+                    help="generate with TRL's vLLM path (GPU only): 'colocate' (an engine beside the trainer, 35%% of "
+                         "the GPU) or 'server' (a `trl vllm-serve` you started); default: transformers' generate")
     ap.add_argument("--profile", action="store_true",
                     help="record one extra step after the warm-up (excluded from the timings) with torch.profiler and "
                          "print its regions, top operators and top Python frames by self time (step_profile.py)")
@@ -389,7 +403,7 @@ def run(args) -> dict:
                          steps=len(schedule), num_generations=args.K, pairs_per_device=args.pairs_per_device,
                          max_completion_length=args.completion_length, seed=args.seed, save_steps=0,
                          gradient_checkpointing=gc if device.type == "cuda" else bool(gc),
-                         trainer_args={"generation_kwargs": {"min_new_tokens": args.completion_length},
+                         trainer_args=generation_args(args.use_vllm, args.completion_length) | {
                                        "disable_tqdm": True, "use_cpu": device.type != "cuda",
                                        "bf16": dtype == torch.bfloat16,
                                        "cache_image_features": args.image_cache != "off"} | (args.trainer_args or {}))
@@ -407,6 +421,9 @@ def run(args) -> dict:
                 bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")])
             freeze_vision_tower(model)
+            if args.use_vllm:   # vLLM builds its engine from a folder: the random model, its tokenizer and processor
+                model.save_pretrained(Path(tmp) / "model"); processor.save_pretrained(Path(tmp) / "model")
+                model.name_or_path = model.config._name_or_path = str(Path(tmp) / "model")
             model = get_peft_model(model, lora_config(**({} if args.lora_dropout is None else {"dropout": args.lora_dropout})))
         else:
             from consistency_amp.training.models import load_model
@@ -463,7 +480,7 @@ def run(args) -> dict:
                   world_size=world_size(), dtype=str(dtype).removeprefix("torch."),
                   gradient_checkpointing=bool(config.gradient_checkpointing),
                   attn_implementation=args.attn_implementation, trainer_args=args.trainer_args,
-                  image_cache=args.image_cache, profiled_steps=int(args.profile),
+                  image_cache=args.image_cache, profiled_steps=int(args.profile), use_vllm=args.use_vllm,
                   lora_dropout=args.lora_dropout,
                   pairs_per_device=args.pairs_per_device, K=args.K,
                   completions_per_device=config.per_device_train_batch_size, completion_length=args.completion_length,

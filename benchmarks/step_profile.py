@@ -23,6 +23,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 PYTHON_FRAME = re.compile(r"^.+\.py\(\d+\): .+$")   # how the profiler names a Python frame with with_stack=True
+# Threads parked on a lock or condition (the profiler's, the dataloader's, the autograd engine's) record their whole
+# wait as self time: kept out of the tables, their total reported on its own.
+IDLE = re.compile(r"^(threading\.py\(\d+\): wait|<built-in method acquire of _thread\.lock object.*)$")
 REGION = "region: "
 # Regions in the order they are printed; the module regions are matched by the attribute name of the module.
 PHASES = ("generate", "rewards", "log-probs, no grad (old/ref policy)", "log-probs, loss forward", "backward",
@@ -98,9 +101,11 @@ def profile_tables(prof, wall_s: float, top: int = 15) -> dict:
             r["calls"] += 1; r["wall_ms"] += _ms(e.time_range.elapsed_us()); r["device_ms"] += _ms(e.device_time_total)
     averages = prof.key_averages()
     self_key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    operators, frames = [], []
+    operators, frames, idle_ms = [], [], 0.0
     for a in averages:
         if a.key.startswith(REGION): continue
+        if IDLE.match(a.key):
+            idle_ms += _ms(a.self_cpu_time_total); continue
         row = dict(name=a.key, calls=a.count, self_cpu_ms=_ms(a.self_cpu_time_total),
                    self_device_ms=_ms(a.self_device_time_total))
         (frames if PYTHON_FRAME.match(a.key) else operators).append(row)
@@ -112,7 +117,7 @@ def profile_tables(prof, wall_s: float, top: int = 15) -> dict:
     return dict(wall_s=wall_s, device="cuda" if cuda else "cpu", sorted_by=self_key,
                 device_kernel_ms=_ms(device_total), kernel_launches=launches,
                 operator_self_cpu_ms=sum(r["self_cpu_ms"] for r in operators),
-                python_self_cpu_ms=sum(r["self_cpu_ms"] for r in frames),
+                python_self_cpu_ms=sum(r["self_cpu_ms"] for r in frames), idle_wait_ms=idle_ms,
                 regions={k: regions[k] for k in order}, operators=operators[:top], python_frames=frames[:top])
 
 
@@ -121,7 +126,8 @@ def format_tables(t: dict) -> str:
     gpu = t["device"] == "cuda"
     lines = [f"profiled step: {t['wall_s']:.2f} s wall under the profiler (Python stacks on: slower than unprofiled); "
              f"self CPU time in operators {t['operator_self_cpu_ms'] / 1e3:.2f} s, in Python frames "
-             f"{t['python_self_cpu_ms'] / 1e3:.2f} s"
+             f"{t['python_self_cpu_ms'] / 1e3:.2f} s (threads waiting on locks: {t['idle_wait_ms'] / 1e3:.2f} s, "
+             "left out)"
              + (f"; GPU kernels {t['device_kernel_ms'] / 1e3:.2f} s ({t['device_kernel_ms'] / 1e3 / t['wall_s']:.0%} of "
                 f"the wall), {t['kernel_launches']:,} kernel launches" if gpu else ""),
              "", f"{'region':<40}{'calls':>7}{'wall ms':>12}" + (f"{'GPU ms':>12}" if gpu else "")]

@@ -111,6 +111,17 @@ def test_pairing_schedule_is_abba_after_warmup(bench):
     with pytest.raises(ValueError, match="pairings"): bench.pairing_schedule([], 1, 1)
 
 
+def test_generation_args_give_exact_lengths_on_either_backend(bench):
+    from consistency_amp.training.trainer import OTGRPOConfig
+    assert bench.generation_args(None, 24) == {"generation_kwargs": {"min_new_tokens": 24}}   # transformers' name
+    vllm = bench.generation_args("colocate", 24)
+    assert vllm["generation_kwargs"] == {"min_tokens": 24} and vllm["use_vllm"] and vllm["vllm_mode"] == "colocate"
+    assert vllm["vllm_max_model_length"] > 24
+    config = OTGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, **vllm)   # every key is a config field
+    assert config.vllm_mode == "colocate" and config.generation_kwargs == {"min_tokens": 24}
+    with pytest.raises(ValueError, match="--use-vllm"): bench.generation_args("remote", 24)
+
+
 def test_bad_options_name_the_option(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--pairings", "minimal,best"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--pairings" in proc.stderr and "best" in proc.stderr

@@ -19,23 +19,28 @@ def load(name: str) -> dict:
 
 
 def test_the_recipes():
-    assert [p.stem for p in RECIPES] == ["mini", "paper", "paper_joint", "paper_label_noise"]
+    assert [p.stem for p in RECIPES] == ["mini", "paper", "paper_joint", "paper_label_noise", "paper_vllm"]
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
 def test_each_recipe_builds_a_run(path):
     params = parse_args(["--config", str(path)])
     assert isinstance(params, TrainParams)
-    assert all(getattr(params, k) == v for k, v in yaml.safe_load(path.read_text()).items())
+    # a run setting is a TrainParams field; any other GRPOConfig field (use_vllm, ...) lands in trainer_args
+    assert all((getattr(params, k) if hasattr(params, k) else params.trainer_args[k]) == v
+               for k, v in yaml.safe_load(path.read_text()).items())
 
 
-@pytest.mark.parametrize("name", ["paper", "paper_joint", "paper_label_noise"])
+@pytest.mark.parametrize("name", ["paper", "paper_joint", "paper_label_noise", "paper_vllm"])
 def test_paper_recipes_hold_the_papers_settings(name):
     recipe = load(name)
     assert {k: recipe[k] for k in PAPER_SETTINGS if k != "steps"} == {k: v for k, v in PAPER_SETTINGS.items() if k != "steps"}
     assert recipe["model"] == PAPER_MODELS["7B"] and recipe["scale"] == "paper"
-    assert recipe["steps"] == (PAPER_JOINT_STEPS if name != "paper" else PAPER_SETTINGS["steps"])
+    assert recipe["steps"] == (PAPER_SETTINGS["steps"] if name in ("paper", "paper_vllm") else PAPER_JOINT_STEPS)
     if name == "paper_label_noise": assert recipe["reward"] == "accuracy" and recipe["label_noise"] in NOISE_LEVELS
+    if name == "paper_vllm":   # paper.yaml plus TRL's vLLM generation, nothing else
+        assert {k: v for k, v in recipe.items() if not k.startswith(("use_vllm", "vllm_"))} == load("paper")
+        assert recipe["use_vllm"] is True and recipe["vllm_mode"] == "colocate"
 
 
 def test_mini_recipe_is_the_registrys_mini_scale():
