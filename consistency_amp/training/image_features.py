@@ -74,7 +74,8 @@ class ImageFeatureCache:
             if j is None: todo.append(i)
             source[i] = i if j is None else j
         if todo:
-            out = original(torch.cat([chunks[i] for i in todo]), image_grid_thw[todo], return_dict=True).pooler_output
+            with torch.no_grad():   # a frozen tower: no gradient it could pass on is ever used (see below)
+                out = original(torch.cat([chunks[i] for i in todo]), image_grid_thw[todo], return_dict=True).pooler_output
             encoded = dict(zip(todo, out))
             for i in todo: self.store(keys[i], chunks[i], encoded[i])
             for i, j in source.items(): features[i] = encoded[j]
