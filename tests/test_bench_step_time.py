@@ -111,6 +111,21 @@ def test_pairing_schedule_is_abba_after_warmup(bench):
     with pytest.raises(ValueError, match="pairings"): bench.pairing_schedule([], 1, 1)
 
 
+def test_arms_and_their_settings(bench):
+    assert bench.arms(["minimal"], "on") == bench.arms(["minimal"], "off") == ["minimal"]
+    assert bench.arms(["minimal", "random"], "both", True) == [
+        "minimal", "random", "minimal:no-image-cache", "random:no-image-cache", "minimal:lora-dropout-0",
+        "random:lora-dropout-0"]
+    assert bench.arm_settings("random") == ("random", True, True)
+    assert bench.arm_settings("random:no-image-cache") == ("random", False, True)
+    assert bench.arm_settings("minimal:lora-dropout-0") == ("minimal", True, False)
+    from consistency_amp.training.models import load_model
+    model, _ = load_model()
+    bench.set_lora_dropout(model, 0.0)
+    dropouts = [m for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout) and ".lora_dropout." in f".{n}."]
+    assert dropouts and all(m.p == 0.0 for m in dropouts)
+
+
 def test_generation_args_give_exact_lengths_on_either_backend(bench):
     from consistency_amp.training.trainer import OTGRPOConfig
     assert bench.generation_args(None, 24) == {"generation_kwargs": {"min_new_tokens": 24}}   # transformers' name
