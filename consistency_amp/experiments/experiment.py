@@ -29,10 +29,10 @@ _logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS',
-           'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME',
-           'SAMPLED_CONDITIONS', 'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir',
-           'eval_file', 'eval_names', 'run_job', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'argument_parser',
-           'main']
+           'ABLATION_TASKS', 'FIGURE8_CONDITIONS', 'FIGURE8_SEEDS', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES',
+           'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS', 'ExperimentConfig',
+           'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file', 'eval_names', 'run_job',
+           'seeds_of', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'argument_parser', 'main']
 
 # %% ../../nbs/46_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
@@ -53,7 +53,14 @@ PER_TASK_CONDITIONS = {f"{task}_{reward}{size}": (task, reward, start)
                        for size, start, rewards in (("", "base", PER_TASK_REWARDS), ("_small", "base_small", PER_TASK_REWARDS[:2]))
                        for task in BOOLEAN_TASKS for reward in rewards}
 FIGURE_CONDITIONS = ("base_small",) + tuple(PER_TASK_CONDITIONS)
-FULL_CONDITIONS = SCIENCE_CONDITIONS + FIGURE_CONDITIONS
+# The ablations measured where the effect lives (issue 24): depth and size trained alone from the large base with
+# consistency and the marker swap, whose minimal pairing is `<task>_consistency_marker_swap` above. Figure 8: the
+# other pairings, with at least FIGURE8_SEEDS seeds for all three (`seeds_of`). {condition: (task, pairing)}
+ABLATION_TASKS = ("depth", "size")
+FIGURE8_CONDITIONS = {f"{task}_consistency_marker_swap_{pairing}": (task, pairing)
+                      for task in ABLATION_TASKS for pairing in ("random", "one_to_all")}
+FIGURE8_SEEDS = 5   # the paper's margins are 1-2 pp: the power estimate in nbs/47b_ablations.ipynb
+FULL_CONDITIONS = SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS)
 
 @dataclass(frozen=True)
 class ExperimentConfig:
@@ -118,6 +125,8 @@ CONDITION_OVERRIDES = {
 } | {f"accuracy_noise{p:g}": dict(reward="accuracy", label_noise=p) for p in NOISE_LEVELS}
 CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES[reward] | dict(task=task, start=start)    # a per-task run: its reward's
                         for name, (task, reward, start) in PER_TASK_CONDITIONS.items()}   # joint overrides, on one task
+CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES["consistency_marker_swap"] | dict(task=task, start="base", pairing=pairing)
+                        for name, (task, pairing) in FIGURE8_CONDITIONS.items()}
 def _no_ability_model(config) -> str:
     from consistency_amp.training.spatial_bases import NO_ABILITY_BASE   # (imported late: the module loads torch)
     return NO_ABILITY_BASE
@@ -202,10 +211,17 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
     return out
 
 # %% ../../nbs/46_experiment.ipynb #f3a360cb
+def seeds_of(config: ExperimentConfig, condition: str) -> tuple[int, ...]:
+    "The training seeds of `condition`: the config's, topped up to FIGURE8_SEEDS for the three pairings of Figure 8."
+    seeds = config.seeds
+    if (condition in FIGURE8_CONDITIONS or f"{condition}_random" in FIGURE8_CONDITIONS) and len(seeds) < FIGURE8_SEEDS:
+        seeds += tuple(s for s in range(max(seeds) + FIGURE8_SEEDS + 1) if s not in seeds)[:FIGURE8_SEEDS - len(seeds)]
+    return seeds
+
 def jobs(config: ExperimentConfig) -> list[tuple[str, int]]:
     "Every (condition, seed) of the experiment; a model evaluated as it is (the base), once."
     once = [(c, 0) for c in config.conditions if c in EVALUATED_ONLY]
-    return once + [(c, s) for c in config.conditions if c not in EVALUATED_ONLY for s in config.seeds]
+    return once + [(c, s) for c in config.conditions if c not in EVALUATED_ONLY for s in seeds_of(config, c)]
 
 def missing_jobs(config: ExperimentConfig, runs_dir=None) -> list[tuple[str, int]]:
     return [(c, s) for c, s in jobs(config)

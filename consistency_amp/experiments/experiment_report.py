@@ -84,7 +84,7 @@ def save_figure(fig, out: Path, name: str) -> list[Path]:
 
 # %% ../../nbs/46a_experiment_report.ipynb #e2b42dd2
 def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
-    "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4 and the sampled answers where run, to `out_dir`; the paths."
+    "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4, Figure 8 per task and the sampled answers where run, to `out_dir`; the paths."
     from consistency_amp.experiments.science import plot_answer_monitor, science_markdown, science_table, write_science
     data, _, tasks = outcomes(config, runs_dir)
     if not data: raise ValueError(f"no finished evaluation under {experiment_dir(config, runs_dir)}: run launch() first")
@@ -106,6 +106,8 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
     for name, fig in figures.items(): paths += save_figure(fig, out, name)
     from consistency_amp.experiments.experiment_figures import miniature_summary, report_figures   # (late: they import this module)
     paths += report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4 and the sampled answers, where run
+    from consistency_amp.experiments.ablations import report_ablations   # (late: it imports the experiment module)
+    paths += report_ablations(config, runs_dir, out, resamples)        # Figure 8 per task and its science rows, where run
     if (sampled := out / "science_sampled.csv") in paths:   # the table's reading in one paragraph, as the README gives it
         per_task = out / "science_per_task.csv"                # only if this report wrote it: not a stored --full one
         summary = miniature_summary(out / "science.csv", sampled, per_task if per_task in paths else None)
