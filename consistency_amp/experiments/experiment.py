@@ -29,10 +29,10 @@ _logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS',
-           'ABLATION_TASKS', 'FIGURE8_CONDITIONS', 'FIGURE8_SEEDS', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES',
-           'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS', 'ExperimentConfig',
-           'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file', 'eval_names', 'run_job',
-           'seeds_of', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'argument_parser', 'main']
+           'ABLATION_TASKS', 'FIGURE8_CONDITIONS', 'FIGURE8_SEEDS', 'FIGURE6_CONDITIONS', 'FULL_CONDITIONS',
+           'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS',
+           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file',
+           'eval_names', 'run_job', 'seeds_of', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'argument_parser', 'main']
 
 # %% ../../nbs/46_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
@@ -60,7 +60,9 @@ ABLATION_TASKS = ("depth", "size")
 FIGURE8_CONDITIONS = {f"{task}_consistency_marker_swap_{pairing}": (task, pairing)
                       for task in ABLATION_TASKS for pairing in ("random", "one_to_all")}
 FIGURE8_SEEDS = 5   # the paper's margins are 1-2 pp: the power estimate in nbs/47b_ablations.ipynb
-FULL_CONDITIONS = SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS)
+# Figure 6: the accuracy reward with a fraction p of the training labels flipped, against consistency (marker swap).
+FIGURE6_CONDITIONS = {f"{task}_accuracy_noise{p:g}": (task, p) for task in ABLATION_TASKS for p in NOISE_LEVELS}
+FULL_CONDITIONS = SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS) + tuple(FIGURE6_CONDITIONS)
 
 @dataclass(frozen=True)
 class ExperimentConfig:
@@ -127,6 +129,8 @@ CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES[reward] | dict(task=task, star
                         for name, (task, reward, start) in PER_TASK_CONDITIONS.items()}   # joint overrides, on one task
 CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES["consistency_marker_swap"] | dict(task=task, start="base", pairing=pairing)
                         for name, (task, pairing) in FIGURE8_CONDITIONS.items()}
+CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES[f"accuracy_noise{p:g}"] | dict(task=task, start="base")
+                        for name, (task, p) in FIGURE6_CONDITIONS.items()}
 def _no_ability_model(config) -> str:
     from consistency_amp.training.spatial_bases import NO_ABILITY_BASE   # (imported late: the module loads torch)
     return NO_ABILITY_BASE
