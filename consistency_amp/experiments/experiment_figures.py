@@ -312,8 +312,9 @@ def _joint_summary(science_csv, sampled_csv) -> str:
     return text
 
 def miniature_summary(science_csv, sampled_csv, per_task_csv=None) -> str:
-    "The README's first-screen paragraph from the stored `science.csv`, `science_sampled.csv` and (if given and run) `science_per_task.csv`."
+    "The README's first-screen paragraph from the stored `science.csv` (with the per-task ablations' rows, where run), `science_sampled.csv` and (if given and run) `science_per_task.csv`."
     text = _joint_summary(science_csv, sampled_csv)
     if per_task_csv is not None and Path(per_task_csv).is_file(): text = per_task_summary(per_task_csv) + " " + text   # the paper's claim first
-    return text
+    from consistency_amp.experiments.ablations import ablation_summary   # Figures 8 and 6 per task, where run
+    return text + (f" {ablations}" if (ablations := ablation_summary(science_csv)) else "")
 
