@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CACHE_ENV', 'repo_root', 'resolve_path', 'cache_dir', 'write_atomically', 'build_once']
+__all__ = ['CACHE_ENV', 'repo_root', 'resolve_path', 'cache_dir', 'utc_now', 'write_atomically', 'build_once']
 
 # %% ../nbs/03_files.ipynb #4614a308
 def repo_root(start: str | os.PathLike | None = None) -> Path | None:
@@ -36,6 +37,11 @@ def cache_dir() -> Path:
     if os.environ.get(CACHE_ENV): return Path(os.environ[CACHE_ENV]).expanduser()
     repo = repo_root()
     return repo / ".cache" if repo is not None else Path.home() / ".cache" / "consistency_amp"
+
+# %% ../nbs/03_files.ipynb #08208712
+def utc_now() -> str:
+    "The current UTC time as ISO 8601 with seconds, e.g. '2026-01-31T12:00:00+00:00'."
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 # %% ../nbs/03_files.ipynb #42f03564
 def write_atomically(path: str | os.PathLike, write, overwrite: bool = True) -> Path:

@@ -209,7 +209,8 @@ def test_resume_ends_where_an_uninterrupted_run_ends(tmp_path, monkeypatch):
     full = train(run_name="full")
     stopped = train(run_name="parts", stop_after=2)
     status = read_json(stopped / "status.json")
-    assert (status["state"], status["step"], status["interrupted"]) == ("running", 2, "stop_after=2")
+    assert (status["state"], status["step"], status["stopped_by"]) == ("interrupted", 2, "stop_after=2")
+    assert read_run(stopped).state == "interrupted" and read_run(stopped).resume_step == 2
     assert not (stopped / "adapter").exists() and (stopped / "checkpoints" / "checkpoint-2").is_dir()
     first_part = read_jsonl(stopped / "train_log.jsonl")[0]
     calls.clear()

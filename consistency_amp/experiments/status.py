@@ -80,9 +80,10 @@ def eval_gaps(spec: dict, record: RunRecord, need: dict | None = None) -> tuple[
 # %% ../../nbs/33_status.ipynb #5e662c1c
 def _training_detail(record: RunRecord) -> str:
     status = record.status or {}
-    parts = [f"state {record.state!r} at step {status.get('step', record.last_step)}/{status.get('max_steps')}"]
+    step = record.resume_step if record.state == "interrupted" else status.get('step', record.last_step)
+    parts = [f"state {record.state!r} at step {step}/{status.get('max_steps')}"]
     if status.get("error"): parts.append(f"error: {str(status['error'])[:200]}")
-    if status.get("interrupted"): parts.append(f"interrupted ({status['interrupted']})")
+    if status.get("stopped_by"): parts.append(f"stopped by {status['stopped_by']}")
     if record.checkpoints: parts.append(f"resumes from {record.checkpoints[-1].name}")
     if record.missing: parts.append("missing " + ", ".join(m for m in record.missing if not m.startswith("eval")))
     if record.problems: parts.append("; ".join(record.problems))

@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .runs import (ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, checkpoints, EVAL_DIR,
+from .run_lock import run_is_live
+from .runs import (ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, checkpoint_step, checkpoints, EVAL_DIR,
                                            PARAMS_FILE, read_json, read_jsonl, REQUIRED_LOG_FIELDS, RUN_STATES,
                                            runs_dir, STATUS_FILE, TRAIN_LOG_FILE)
 
@@ -34,8 +35,19 @@ class RunRecord:
     def name(self) -> str: return self.path.name
     @property
     def kind(self) -> str | None: return (self.params or {}).get("kind")
+    live: bool | None = None                # whether a process holds the run lock (training runs; None: cannot tell)
+
     @property
-    def state(self) -> str | None: return (self.status or {}).get("state")
+    def state(self) -> str | None:
+        "status.json's state, but `interrupted` for an unfinished training run that no live process writes (`runs.effective_state`)."
+        state = (self.status or {}).get("state")
+        if self.kind not in (None, "train") or state not in ("running", "interrupted") or self.live is None: return state
+        return "running" if self.live else "interrupted"
+
+    @property
+    def resume_step(self) -> int:
+        "The step a resume continues from: the newest checkpoint's (0 without one)."
+        return checkpoint_step(self.checkpoints[-1]) if self.checkpoints else 0
     @property
     def last_step(self) -> int: return self.train_log[-1]["step"] if self.train_log else 0
 
@@ -96,6 +108,7 @@ def read_run(path: str | os.PathLike) -> RunRecord:
             if not (adapter / f).is_file(): record.missing.append(f"{ADAPTER_DIR}/{f}")
         record.adapter = adapter if (adapter / ADAPTER_WEIGHTS).is_file() else None
         record.checkpoints = checkpoints(path)
+        record.live = run_is_live(path)
         if record.state == "complete" and record.adapter is None:
             record.problems.append(f"{STATUS_FILE} says complete but {ADAPTER_DIR}/{ADAPTER_WEIGHTS} is missing")
         if record.status and record.train_log and record.status.get("step", 0) > record.last_step:

@@ -13,29 +13,30 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 from ..core import check_choice
-from ..files import repo_root, resolve_path, write_atomically   # runs.repo_root/resolve_path stay importable
+from ..files import repo_root, resolve_path, utc_now, write_atomically   # runs.repo_root/resolve_path/utc_now stay importable
+from .run_lock import (acquire_run_lock, describe_writer, holds_run_lock, release_run_lock,
+                                               run_is_live, this_process)
 
 # %% auto #0
 __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADAPTER_DIR', 'CHECKPOINTS_DIR', 'EVAL_DIR',
            'ADAPTER_WEIGHTS', 'ADAPTER_CONFIG', 'RUN_KINDS', 'RUN_STATES', 'PARAM_KEYS', 'TRAIN_REQUIRED_KEYS',
-           'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'OPERATIONAL_KEYS', 'LATER_PARAMS',
-           'CHECKPOINT_RE', 'TRAINER_STATE_FILE', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'runs_dir',
-           'utc_now', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl', 'truncate_train_log',
-           'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag', 'run_name', 'run_path',
-           'write_status', 'create_run', 'checkpoints', 'checkpoint_step', 'last_checkpoint', 'is_step_log',
-           'train_log_record']
+           'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'CHECKPOINT_RE', 'TRAINER_STATE_FILE',
+           'OPERATIONAL_KEYS', 'LATER_PARAMS', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'runs_dir',
+           'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl', 'truncate_train_log',
+           'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag', 'run_name', 'checkpoints',
+           'checkpoint_step', 'last_checkpoint', 'effective_state', 'run_path', 'write_status', 'create_run',
+           'is_step_log', 'train_log_record']
 
 # %% ../../nbs/22_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
 ADAPTER_DIR, CHECKPOINTS_DIR, EVAL_DIR = "adapter", "checkpoints", "eval"
 ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"
 RUN_KINDS = ("train", "base", "external")           # a training run; an evaluation-only base or external model
-RUN_STATES = ("running", "complete", "failed")
+RUN_STATES = ("running", "complete", "failed", "interrupted")   # interrupted: stopped, resumable from its newest checkpoint
 PARAM_KEYS = ("kind", "name", "task", "source", "reward", "pairing", "model", "model_size", "data_root", "steps",
               "num_generations", "pairs_per_device", "learning_rate", "temperature", "beta", "seed", "label_noise",
               "max_completion_length", "scale")
@@ -55,10 +56,6 @@ def runs_dir(path: str | os.PathLike | None = None) -> Path:
     return resolve_path(path)
 
 # %% ../../nbs/22_runs.ipynb #103b8d62
-def utc_now() -> str:
-    "The current UTC time as ISO 8601 with seconds, e.g. '2026-01-31T12:00:00+00:00'."
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
 def jsonable(value):
     "`value` with non-finite floats as None, tuples as lists, paths as strings and numpy/torch scalars as Python numbers."
     if isinstance(value, dict): return {str(k): jsonable(v) for k, v in value.items()}
@@ -180,6 +177,50 @@ def run_name(params: dict) -> str:
     if params.get("data_root", "") is None: parts.append("synthetic")
     return check_run_name("_".join(_slug(p) for p in parts))
 
+# %% ../../nbs/22_runs.ipynb #4f6cff22
+CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
+TRAINER_STATE_FILE = "trainer_state.json"
+
+def checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    "The complete checkpoints (holding trainer_state.json) of a run, by increasing step."
+    folder = Path(run_dir) / CHECKPOINTS_DIR
+    if not folder.is_dir(): return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir()
+             if (m := CHECKPOINT_RE.fullmatch(p.name)) and (p / TRAINER_STATE_FILE).is_file()]
+    return [p for _, p in sorted(found)]
+
+def checkpoint_step(checkpoint: str | os.PathLike) -> int:
+    "The step of a checkpoint folder `checkpoint-<step>`."
+    m = CHECKPOINT_RE.fullmatch(Path(checkpoint).name)
+    if not m: raise ValueError(f"{checkpoint} is not a checkpoint folder (checkpoint-<step>)")
+    return int(m.group(1))
+
+def last_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    "The checkpoint to resume `run_dir` from: the newest whose trainer_state.json is readable (a damaged one is skipped with a warning), or None."
+    import warnings
+    for checkpoint in reversed(checkpoints(run_dir)):
+        try:
+            if isinstance(read_json(checkpoint / TRAINER_STATE_FILE), dict): return checkpoint
+            problem = "is not a JSON object"
+        except (OSError, ValueError) as e: problem = f"is unreadable ({e})"
+        warnings.warn(f"{checkpoint / TRAINER_STATE_FILE} {problem}: skipping {checkpoint.name}, resuming from an "
+                      "older checkpoint (delete it to silence this)")
+    return None
+
+# %% ../../nbs/22_runs.ipynb #f264a95a
+def effective_state(run_dir: str | os.PathLike, status: dict | None = None) -> tuple[str | None, int | None]:
+    "(state, step) of training run `run_dir` as readers see it: status.json's, but `interrupted` at the newest checkpoint's step (0 without one) when no live process writes an unfinished run."
+    if status is None:
+        try: status = read_json(Path(run_dir) / STATUS_FILE)
+        except (OSError, ValueError): status = {}
+    state, step = status.get("state"), status.get("step")
+    if state not in ("running", "interrupted"): return state, step
+    live = run_is_live(run_dir)
+    if live is None: return state, step                      # cannot tell: what the writer last said
+    if live: return "running", step
+    newest = last_checkpoint(run_dir)
+    return "interrupted", checkpoint_step(newest) if newest else 0
+
 # %% ../../nbs/22_runs.ipynb #ee6ceeca
 OPERATIONAL_KEYS = ("resume", "overwrite", "report_to", "save_steps", "keep_checkpoints", "stop_after", "runs_dir",
                     "run_name", "name", "gradient_checkpointing", "trainer_args")
@@ -225,39 +266,69 @@ def _check_params(params: dict) -> dict:
         raise ValueError(f"a training run's params need {list(TRAIN_REQUIRED_KEYS)}; missing or None: {missing}")
     return {k: params.get(k) for k in PARAM_KEYS} | dict(params) | {"kind": kind}
 
+def _runs_folder(folder: Path) -> Path:
+    "`folder`, created if needed; ValueError naming it (and the way to choose another) if it cannot be."
+    try: folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"cannot create the runs folder {folder}: {e.strerror or e}. Give a folder you can write: "
+                         f"runs_dir=... (CLI: --runs_dir; or ${RUNS_ENV})") from None
+    return folder
+
+def _writer_of(path: Path):
+    try: return read_json(path / STATUS_FILE).get("writer")
+    except (OSError, ValueError, AttributeError): return None
+
+def _exists_error(path: Path) -> FileExistsError:
+    "The error for a plain start of the existing run `path`: its state, and resume first when it was interrupted."
+    state, step = effective_state(path)
+    detail = "" if state is None else f" (state: {state}{f' at step {step}' if step else ''}"
+    if state == "running" and run_is_live(path): detail += f", being written by {describe_writer(_writer_of(path))}"
+    resume = "resume=True (papermill: -p resume True; CLI: --resume) to continue it from its last checkpoint"
+    overwrite = "overwrite=True (papermill: -p overwrite True; CLI: --overwrite) to delete it and start again"
+    ways = f"{resume}, or {overwrite}" if state in ("interrupted", "failed") else f"{overwrite}, or {resume}"
+    return FileExistsError(f"run directory {path} already exists{detail and detail + ')'}. Runs are never overwritten "
+                           f"silently: pass {ways}, or choose another run name.")
+
 def create_run(name: str, params: dict, overwrite: bool = False, resume: bool = False,
                runs: str | os.PathLike | None = None) -> Path:
-    "Create the folder of run `name` with `params`; an existing run is an error unless `overwrite` or `resume`."
+    "Create the folder of run `name` with `params`; an existing run is an error unless `overwrite` or `resume`. This process holds a training run's lock from here until `release_run_lock` (training's end)."
     if overwrite and resume: raise ValueError("overwrite=True and resume=True contradict each other: choose one")
     path = run_path(name, runs)
     params = _check_params(params) | {"name": name}
-    if path.exists() and resume: return _resume_run(path, params)
-    if path.exists() and not overwrite:
-        state = ""
-        if (path / STATUS_FILE).exists():
-            try: state = f" (state: {read_json(path / STATUS_FILE).get('state')})"
-            except ValueError: pass
-        raise FileExistsError(
-            f"run directory {path} already exists{state}. Runs are never overwritten silently: pass overwrite=True "
-            f"(papermill: -p overwrite True; CLI: --overwrite) to delete it and start again, or resume=True "
-            f"(-p resume True; --resume) to continue it from its last checkpoint, or choose another run name.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=path.parent))
+    locked = params["kind"] == "train"
+    _runs_folder(path.parent)
+    if path.exists() and not (resume or overwrite): raise _exists_error(path)
+    held = holds_run_lock(path)                              # by this process already (e.g. a notebook's earlier start)
+    if path.exists() and locked: acquire_run_lock(path, _writer_of(path))   # refused, naming the writer, if live
     try:
+        if path.exists() and resume: return _resume_run(path, params)
+        return _new_run(path, params, locked, overwrite)
+    except BaseException:
+        if locked and not held: release_run_lock(path)
+        raise
+
+def _new_run(path: Path, params: dict, locked: bool, overwrite: bool) -> Path:
+    "Assemble the run in a staging folder (locked before anyone can see it) and rename it into place."
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    try:
+        if locked: acquire_run_lock(staging)                 # the lock file moves with the folder
         write_json(staging / PARAMS_FILE, params | provenance())
-        write_status(staging, "running", 0, params.get("steps"))
+        write_status(staging, "running", 0, params.get("steps"), **({"writer": this_process()} if locked else {}))
         (staging / TRAIN_LOG_FILE).touch()
         for sub in (CHECKPOINTS_DIR, EVAL_DIR): (staging / sub).mkdir()
-        if overwrite and path.exists():                     # move the old run aside, then delete it
-            trash = path.parent / f".{name}.deleted-{uuid.uuid4().hex[:8]}"
+        if overwrite and path.exists():                     # its lock is ours: move the old run aside, delete it
+            trash = path.parent / f".{path.name}.deleted-{uuid.uuid4().hex[:8]}"
             path.rename(trash)
+            release_run_lock(trash)
             shutil.rmtree(trash, ignore_errors=True)
         try: staging.rename(path)                           # fails if another process created the run meanwhile
         except OSError:
             if path.exists(): raise FileExistsError(f"run directory {path} was created by another process meanwhile") from None
             raise
     finally:
-        if staging.exists(): shutil.rmtree(staging, ignore_errors=True)
+        if staging.exists():
+            release_run_lock(staging)
+            shutil.rmtree(staging, ignore_errors=True)
     return path
 
 LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None}   # training parameters added after runs were first written: absent means this value
@@ -275,31 +346,8 @@ def _resume_run(path: Path, params: dict) -> Path:
     write_json(path / PARAMS_FILE, stored | {"resumed_at": stored.get("resumed_at", []) + [utc_now()]})
     for sub in (CHECKPOINTS_DIR, EVAL_DIR): (path / sub).mkdir(exist_ok=True)
     (path / TRAIN_LOG_FILE).touch()
-    write_status(path, "running", max_steps=params.get("steps"))
+    write_status(path, "running", max_steps=params.get("steps"), writer=this_process())
     return path
-
-# %% ../../nbs/22_runs.ipynb #4f6cff22
-CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
-TRAINER_STATE_FILE = "trainer_state.json"
-
-def checkpoints(run_dir: str | os.PathLike) -> list[Path]:
-    "The complete checkpoints (holding trainer_state.json) of a run, by increasing step."
-    folder = Path(run_dir) / CHECKPOINTS_DIR
-    if not folder.is_dir(): return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir()
-             if (m := CHECKPOINT_RE.fullmatch(p.name)) and (p / TRAINER_STATE_FILE).is_file()]
-    return [p for _, p in sorted(found)]
-
-def checkpoint_step(checkpoint: str | os.PathLike) -> int:
-    "The step of a checkpoint folder `checkpoint-<step>`."
-    m = CHECKPOINT_RE.fullmatch(Path(checkpoint).name)
-    if not m: raise ValueError(f"{checkpoint} is not a checkpoint folder (checkpoint-<step>)")
-    return int(m.group(1))
-
-def last_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    "The checkpoint to resume `run_dir` from, or None when it has none."
-    found = checkpoints(run_dir)
-    return found[-1] if found else None
 
 # %% ../../nbs/22_runs.ipynb #a30913e3
 LOG_FIELDS = {  # contract field: the TRL / OTGRPOTrainer metrics it is read from, first present wins

@@ -19,9 +19,10 @@ from pathlib import Path
 from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
                                   TINY_MODEL, check_choice, check_int)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
-from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, CHECKPOINTS_DIR, create_run,
-                                           last_checkpoint, PARAM_KEYS, resolve_path, run_path, write_status)
-from .run_callback import run_callback
+from .run_lock import release_run_lock
+from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, checkpoint_step, CHECKPOINTS_DIR,
+                                           create_run, last_checkpoint, PARAM_KEYS, resolve_path, run_path, write_status)
+from .run_callback import run_callback, StopRequest
 from .runs import run_name as default_run_name
 from ..world.tasks import BOOLEAN_TASKS, TASKS
 
@@ -341,6 +342,7 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
     run_dir = planned
     main = config.process_index == 0
     checkpoint = last_checkpoint(run_dir) if params.resume else None
+    stop = StopRequest()
     try:
         set_seed(params.seed)                     # the LoRA initialisation is random
         model, processor, peft_config = load_for_training(params, config)
@@ -348,18 +350,25 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         make_pair = partial(blind_prompt_pair if params.blind else make_prompt_pair, marker_swap=params.marker_swap)
         trainer = OTGRPOTrainer(model, config, examples, processing_class=processor, peft_config=peft_config,
                                 make_pair=make_pair,
-                                callbacks=[run_callback(run_dir, params.steps, params.stop_after)])
+                                callbacks=[callback := run_callback(run_dir, params.steps, params.stop_after, stop)])
         if checkpoint is not None and main: _logger.info(f"resuming {run_dir.name} from {checkpoint.name}")
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+        with stop: trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         step = trainer.state.global_step
-        if step < params.steps:                   # stop_after: a checkpoint was saved; resume to finish
-            if main: write_status(run_dir, "running", step, params.steps, interrupted=f"stop_after={params.stop_after}")
+        if step < params.steps:                   # stop_after or a signal: a checkpoint was saved; resume to finish
+            if main: write_status(run_dir, "interrupted", step, params.steps, stopped_by=callback.stopped_by)
             return run_dir, trainer
         adapter = save_final_adapter(trainer, run_dir, params.model)
         if main: write_status(run_dir, "complete", step, params.steps, adapter=str(adapter))
+    except KeyboardInterrupt:                     # a second Ctrl-C: stopped at once, resumable from the newest checkpoint
+        if main and run_dir.exists():
+            newest = last_checkpoint(run_dir)
+            write_status(run_dir, "interrupted", checkpoint_step(newest) if newest else 0, stopped_by="SIGINT (twice: at once)")
+        raise
     except BaseException as e:
         if main and run_dir.exists(): write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}"[:2000])
         raise
+    finally:
+        if main: release_run_lock(run_dir)      # taken by create_run; a reader now sees the run's true state
     return run_dir, trainer
 
 # %% ../../nbs/23_train_entry.ipynb #b3602055

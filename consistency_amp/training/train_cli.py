@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
 
 from ..core import PAIRINGS, REWARDS, console_logging
+from .run_callback import stop_signal_of
 from .runs import resolve_path
 from .train import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_TASKS, TrainParams, _coerce, as_params, start_run,
                     train_run, world_size)
 
 # %% auto #0
-__all__ = ['argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'main', 'cli']
+__all__ = ['argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'resume_argv', 'stopped_message', 'main',
+           'cli']
 
 # %% ../../nbs/23a_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -117,19 +121,48 @@ def parse_args(argv: list[str] | None = None) -> TrainParams:
             if extra: args[key] = (_coerce(args[key], "json", key) or {}) | extra
     return as_params(args)
 
+# %% ../../nbs/23a_train_cli.ipynb #27895f49
+_VALUES = ("true", "false", "yes", "no", "1", "0", "on", "off")
+
+def resume_argv(argv: list[str]) -> list[str]:
+    "`argv` with --overwrite and --resume (and their true/false values) removed and --resume appended."
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip: skip = False; continue
+        if arg.split("=")[0] in ("--overwrite", "--resume"):
+            skip = "=" not in arg and i + 1 < len(argv) and argv[i + 1].lower() in _VALUES
+            continue
+        out.append(arg)
+    return out + ["--resume"]
+
+def stopped_message(params: TrainParams, why: str, argv: list[str] | None = None, step: int | None = None) -> str:
+    "The one line printed when a signal stops a run: where it stopped and the command that resumes it."
+    argv = sys.argv[1:] if argv is None else argv
+    where = f"at step {step} with a checkpoint" if step is not None else "at once; it resumes from its newest checkpoint"
+    return (f"run {params.name} stopped by {why} {where} (state: interrupted). Resume it with: python -m "
+            f"consistency_amp.training.train {shlex.join(resume_argv(argv))}   (under torchrun: the same launch with --resume)")
+
 # %% ../../nbs/23a_train_cli.ipynb #ba13882d
 def main(argv: list[str] | None = None) -> Path:
-    "Entry point of `python -m consistency_amp.training.train`: parse, `start_run`, `train_run` (as `run_training`), print the run folder."
+    "Entry point of `python -m consistency_amp.training.train`: parse, `start_run`, `train_run` (as `run_training`), print the run folder; stopped by a signal, say how to resume and exit with 128 + its number."
     console_logging()
     try:                                          # bad parameters and existing runs: a message, not a traceback
         params = parse_args(argv)
         run_dir = start_run(params) if world_size() == 1 else None
     except (ValueError, FileExistsError) as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")
-    run_dir = train_run(params, run_dir)[0]
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    try: run_dir, trainer = train_run(params, run_dir)
+    except KeyboardInterrupt:                     # the second Ctrl-C: no traceback, the run is resumable
+        if rank0: print(stopped_message(params, "SIGINT (twice: at once)", argv), file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+    except FileExistsError as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")   # under torchrun: a live run
     import torch.distributed as dist                # loaded by now: training imported torch
     if dist.is_available() and dist.is_initialized():   # under torchrun / accelerate: exit cleanly, no thread left running
         dist.barrier(); dist.destroy_process_group()
-    if int(os.environ.get("RANK", "0")) == 0: print(f"run folder: {run_dir}")
+    if signum := stop_signal_of(trainer):          # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
+        if rank0: print(stopped_message(params, signal.Signals(signum).name, argv, trainer.state.global_step), file=sys.stderr)
+        sys.exit(128 + signum)
+    if rank0: print(f"run folder: {run_dir}")
     return run_dir
 
 # %% ../../nbs/23a_train_cli.ipynb #00583d48
