@@ -107,7 +107,10 @@ def truncate_train_log(run_dir: str | os.PathLike, last_step: int) -> int:
     "Keep the lines of `train_log.jsonl` with step <= `last_step` (atomically); the number of lines dropped."
     path = Path(run_dir) / TRAIN_LOG_FILE
     if not path.exists(): return 0
-    records, _ = read_jsonl(path)
+    records, problems = read_jsonl(path)
+    if problems:                                  # a line cut off by a crash, or damaged: the step is logged again
+        import warnings
+        warnings.warn(f"{path}: {'; '.join(problems)}; dropping it, training continues from step {last_step}")
     kept = [r for r in records if isinstance(r.get("step"), int) and r["step"] <= last_step]
     write_atomically(path, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in kept)))
     return len(records) - len(kept)
@@ -337,7 +340,12 @@ def _resume_run(path: Path, params: dict) -> Path:
     if not (path / PARAMS_FILE).is_file():
         raise ValueError(f"cannot resume {path}: it has no {PARAMS_FILE} (not a run folder?); use overwrite=True "
                          "to replace it")
-    stored = read_json(path / PARAMS_FILE)
+    try:
+        stored = read_json(path / PARAMS_FILE)
+        if not isinstance(stored, dict): raise ValueError(f"{path / PARAMS_FILE}: not a JSON object")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot resume {path}: {e}. Restore {PARAMS_FILE}, or start the run again with overwrite=True "
+                         "(CLI: --overwrite)") from None
     old, new = LATER_PARAMS | _experiment(stored), LATER_PARAMS | _experiment(jsonable(params))
     if diff := sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)):
         detail = "; ".join(f"{k}: stored {old.get(k)!r}, given {new.get(k)!r}" for k in diff)

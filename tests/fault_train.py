@@ -1,0 +1,37 @@
+"""`python -m consistency_amp.training.train` with scripted completions and a slow step, for the fault tests
+(`tests/test_run_faults.py`): run as `python tests/fault_train.py <train flags>` or under torchrun.
+
+The tiny model's own completions never parse, so every reward would be 0 and every adapter would trivially equal
+every other; the completions are instead drawn with torch's RNG from three scripted answers (so a resumed run must
+restore the RNG state to match an uninterrupted one). FAULT_STEP_DELAY seconds of sleep per generation give a test
+time to send a signal mid-run; FAULT_PID_DIR, when set, receives one `rank<r>.pid` file per process.
+"""
+import os
+import sys
+import time
+from pathlib import Path
+
+SCRIPTED = ("<think>a</think><answer>True</answer>", "<think>b</think><answer>False</answer>", "<answer>?</answer>")
+
+
+def scripted_generation():
+    import torch
+    from consistency_amp.training.trainer import OTGRPOTrainer
+    delay = float(os.environ.get("FAULT_STEP_DELAY", "0"))
+
+    def generate(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        time.sleep(delay)
+        tok = self.processing_class.tokenizer
+        eos = tok.convert_tokens_to_ids("<|im_end|>")
+        picks = torch.randint(len(SCRIPTED), (len(prompt_ids),)).tolist()
+        return [tok(SCRIPTED[i], add_special_tokens=False).input_ids + [eos] for i in picks], None
+
+    OTGRPOTrainer._generate_single_turn = generate
+
+
+if __name__ == "__main__":
+    if os.environ.get("FAULT_PID_DIR"):
+        Path(os.environ["FAULT_PID_DIR"], f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
+    scripted_generation()
+    from consistency_amp.training.train_cli import main
+    main(sys.argv[1:])

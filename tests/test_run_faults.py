@@ -1,0 +1,248 @@
+"""What clusters and people do to a training run, tried on the tiny model through the real command line
+(`tests/fault_train.py`: `python -m consistency_amp.training.train` with scripted completions and a slow step).
+
+* SIGTERM (a scheduler's preemption or time limit): the step finishes, a checkpoint of it is saved, the run is
+  `interrupted`, one line says how to resume, the exit code is 143; `--resume` then gives the uninterrupted run's
+  adapter exactly, and no step is logged twice.
+* Ctrl-C once: the same, exit 130. Twice: it stops at once, still `interrupted` and resumable, exit 130, no traceback.
+* A second writer on a live run (`--resume`, `--overwrite` or a plain start) is refused naming the holder, and the
+  live run is untouched. After SIGKILL the run is `interrupted` at its newest checkpoint, a plain restart suggests
+  `--resume`, and the resumed adapter equals the uninterrupted one.
+* The Slurm script (`configs/slurm/train.sbatch`): SIGUSR1 before the time limit checkpoints and requeues the job
+  (a stand-in `scontrol`), and the requeued job, the same command, finishes the run exactly.
+* torchrun with two processes: SIGTERM to one rank stops both at the same step, with no hang.
+* Damaged or impossible files: a clear message naming the file and what to do, no traceback.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from consistency_amp.training.run_lock import run_is_live
+from consistency_amp.training.run_records import read_run
+from consistency_amp.training.runs import ADAPTER_WEIGHTS, read_json, read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+DRIVER = REPO / "tests" / "fault_train.py"
+FLAGS = ["--task", "depth", "--steps", "6", "-K", "2", "--pairs_per_device", "1", "--max_completion_length", "16",
+         "--learning_rate", "5e-3", "--save_steps", "2"]
+
+
+def environment(**extra):
+    return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
+                PYTHONUNBUFFERED="1", **{k: str(v) for k, v in extra.items()})
+
+
+def start(runs: Path, name: str, *extra: str, delay: float = 0.0, **env) -> subprocess.Popen:
+    "The driver training run `name` into `runs`, in the background."
+    return subprocess.Popen([sys.executable, str(DRIVER), *FLAGS, "--runs_dir", str(runs), "--run_name", name, *extra],
+                            cwd=runs.parent, env=environment(FAULT_STEP_DELAY=delay, **env), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def wait_for_step(run: Path, step: int, proc: subprocess.Popen | None = None, timeout: float = 180) -> None:
+    "Until run's train_log.jsonl holds `step` lines (the step is done)."
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = run / "train_log.jsonl"
+        if log.is_file() and len(read_jsonl(log)[0]) >= step: return
+        if proc is not None and proc.poll() is not None: raise AssertionError(f"training ended early: {finish(proc)}")
+        time.sleep(0.1)
+    raise AssertionError(f"{run} did not reach step {step} in {timeout} s")
+
+
+def adapter(run: Path) -> dict:
+    from safetensors.torch import load_file
+    return load_file(str(run / "adapter" / ADAPTER_WEIGHTS))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("faults") / "runs"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(runs) -> dict:
+    "The adapter of the run trained without a fault."
+    runs.mkdir(parents=True, exist_ok=True)
+    code, out, err = finish(start(runs, "uninterrupted"))
+    assert code == 0, err[-3000:]
+    weights = adapter(runs / "uninterrupted")
+    assert max(t.abs().max().item() for k, t in weights.items() if "lora_B" in k) > 1e-4   # it learned: not vacuous
+    return weights
+
+
+def assert_resumes_exactly(runs: Path, name: str, uninterrupted: dict, *launch: str) -> None:
+    "`--resume` finishes the run: complete, each step logged once, the uninterrupted run's adapter bit for bit."
+    proc = subprocess.run([*launch, *FLAGS, "--runs_dir", str(runs), "--run_name", name, "--resume"] if launch else
+                          [sys.executable, str(DRIVER), *FLAGS, "--runs_dir", str(runs), "--run_name", name, "--resume"],
+                          cwd=runs.parent, env=environment(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_finished_exactly(runs / name, uninterrupted)
+
+
+def assert_finished_exactly(run: Path, uninterrupted: dict) -> None:
+    "The run is complete, each step logged once, with the uninterrupted run's adapter bit for bit."
+    assert read_run(run).state == "complete" and [r["step"] for r in read_jsonl(run / "train_log.jsonl")[0]] == list(range(1, 7))
+    resumed = adapter(run)
+    assert resumed.keys() == uninterrupted.keys()
+    for k in resumed: assert (resumed[k] == uninterrupted[k]).all(), k
+
+
+def assert_interrupted(run: Path, err: str, by: str) -> int:
+    "The run says interrupted, by `by`, at a saved checkpoint's step; one resume line and no traceback; that step."
+    status = read_json(run / "status.json")
+    assert status["state"] == "interrupted" and status["stopped_by"].startswith(by), status
+    record = read_run(run)
+    assert record.state == "interrupted" and record.live is False
+    assert "Traceback" not in err, err[-3000:]
+    assert err.count("Resume it with: python -m consistency_amp.training.train") == 1 and "--resume" in err
+    return record.resume_step
+
+
+def test_sigterm_saves_the_step_and_resume_equals_the_uninterrupted_run(runs, uninterrupted):
+    proc = start(runs, "sigterm", delay=1.0)
+    wait_for_step(runs / "sigterm", 1, proc)
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc)
+    assert code == 143, err[-3000:]
+    step = assert_interrupted(runs / "sigterm", err, "SIGTERM")
+    assert 2 <= step < 6 and (runs / "sigterm" / "checkpoints" / f"checkpoint-{step}").is_dir()
+    assert f"stopped by SIGTERM at step {step} with a checkpoint" in err
+    assert [r["step"] for r in read_jsonl(runs / "sigterm" / "train_log.jsonl")[0]] == list(range(1, step + 1))
+    assert_resumes_exactly(runs, "sigterm", uninterrupted)
+
+
+def test_ctrl_c_once_stops_after_the_step_twice_at_once(runs, uninterrupted):
+    proc = start(runs, "ctrl_c", delay=1.0)
+    wait_for_step(runs / "ctrl_c", 1, proc)
+    proc.send_signal(signal.SIGINT)
+    code, _, err = finish(proc)
+    assert code == 130
+    step = assert_interrupted(runs / "ctrl_c", err, "SIGINT")
+    assert (runs / "ctrl_c" / "checkpoints" / f"checkpoint-{step}").is_dir()
+
+    proc = start(runs, "ctrl_c", "--resume", delay=2.0)       # then twice, while the resumed run trains
+    wait_for_step(runs / "ctrl_c", step + 1, proc)
+    proc.send_signal(signal.SIGINT); time.sleep(0.3); proc.send_signal(signal.SIGINT)
+    code, _, err = finish(proc)
+    assert code == 130, err[-3000:]
+    assert_interrupted(runs / "ctrl_c", err, "SIGINT (twice")
+    assert "stopped by SIGINT (twice: at once) at once" in err
+    assert_resumes_exactly(runs, "ctrl_c", uninterrupted)
+
+
+def cli(runs: Path, name: str, *extra: str) -> subprocess.CompletedProcess:
+    "The real command line (not the driver) on run `name`."
+    return subprocess.run([sys.executable, "-m", "consistency_amp.training.train", *FLAGS, "--runs_dir", str(runs),
+                           "--run_name", name, *extra], cwd=runs.parent, env=environment(), capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_live_run_refuses_other_writers_and_a_killed_run_is_interrupted(runs, uninterrupted):
+    run = runs / "live"
+    proc = start(runs, "live", delay=1.0)
+    wait_for_step(run, 1, proc)
+    before = (run.stat().st_ino, (run / "params.json").read_text())
+    for extra in (["--resume"], ["--overwrite"], []):
+        second = cli(runs, "live", *extra)
+        assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr[-2000:]
+        assert f"pid {proc.pid} on" in second.stderr, second.stderr[-2000:]      # names the holder
+        assert ("being written by another process" if extra else "state: running") in second.stderr
+    assert read_run(run).state == "running" and run_is_live(run)
+    assert (run.stat().st_ino, (run / "params.json").read_text()) == before   # not replaced, not resumed
+    wait_for_step(run, 3, proc)                                  # checkpoint-2 is saved
+    proc.kill(); proc.wait()
+    assert read_json(run / "status.json")["state"] == "running"  # what the dead writer last said ...
+    record = read_run(run)
+    assert (record.state, record.live) == ("interrupted", False) and record.resume_step in (2, 4)   # ... and the truth
+    again = cli(runs, "live")
+    assert again.returncode == 1 and f"(state: interrupted at step {record.resume_step}). Runs are never overwritten " \
+                                     "silently: pass resume=True" in again.stderr, again.stderr[-2000:]
+    assert_resumes_exactly(runs, "live", uninterrupted)
+
+
+def test_slurm_script_requeues_on_usr1_and_the_requeued_job_finishes(runs, uninterrupted, tmp_path):
+    fake = tmp_path / "bin"; fake.mkdir()
+    calls = tmp_path / "scontrol.calls"
+    (fake / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"); (fake / "scontrol").chmod(0o755)
+    script = REPO / "configs" / "slurm" / "train.sbatch"
+    job = dict(TRAIN_COMMAND=f"{sys.executable} {DRIVER}", SLURM_JOB_ID="4242", PATH=f"{fake}:{os.environ['PATH']}")
+    args = ["bash", str(script), *FLAGS, "--runs_dir", str(runs), "--run_name", "slurm"]
+    proc = subprocess.Popen(args, cwd=runs.parent, env=environment(FAULT_STEP_DELAY=1.0, **job), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for_step(runs / "slurm", 1, proc)
+    proc.send_signal(signal.SIGUSR1)                             # what --signal=B:USR1@300 sends the batch script
+    code, out, err = finish(proc)
+    assert code == 138, err[-3000:]
+    assert_interrupted(runs / "slurm", err, "SIGUSR1")
+    assert calls.read_text().split() == ["requeue", "4242"] and "requeueing job 4242" in out
+    requeued = subprocess.run(args, cwd=runs.parent, env=environment(**job), capture_output=True, text=True, timeout=300)
+    assert requeued.returncode == 0, requeued.stderr[-3000:]
+    assert calls.read_text().split() == ["requeue", "4242"]     # a job that finished does not requeue
+    assert_finished_exactly(runs / "slurm", uninterrupted)
+
+
+def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    if torchrun is None: pytest.skip("torchrun is not installed")
+    runs, pids = tmp_path / "runs", tmp_path / "pids"
+    pids.mkdir()
+    launch = [torchrun, "--standalone", "--nproc_per_node", "2", str(DRIVER)]
+    proc = subprocess.Popen([*launch, *FLAGS, "--runs_dir", str(runs), "--run_name", "two"], cwd=tmp_path,
+                            env=environment(FAULT_STEP_DELAY=1.0, FAULT_PID_DIR=pids), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for_step(runs / "two", 1, proc)
+    os.kill(int((pids / "rank1.pid").read_text()), signal.SIGTERM)   # only rank 1 is told
+    code, _, err = finish(proc, timeout=240)                     # no hang: rank 0 stops at the same step
+    assert code != 0 and "stopped by SIGTERM at step" in err, err[-3000:]
+    status = read_json(runs / "two" / "status.json")
+    step = status["step"]
+    assert (status["state"], status["stopped_by"], status["num_processes"]) == ("interrupted", "SIGTERM", 2)
+    assert (runs / "two" / "checkpoints" / f"checkpoint-{step}").is_dir() and step < 6
+    resumed = subprocess.run([*launch, *FLAGS, "--runs_dir", str(runs), "--run_name", "two", "--resume"], cwd=tmp_path,
+                             env=environment(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read_run(runs / "two").state == "complete"
+    assert [r["step"] for r in read_jsonl(runs / "two" / "train_log.jsonl")[0]] == list(range(1, 7))
+
+
+def test_damaged_or_impossible_files_get_a_message_not_a_traceback(runs, uninterrupted, tmp_path):
+    blocker = tmp_path / "a_file"; blocker.write_text("x")
+    nowhere = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", *FLAGS, "--runs_dir",
+                              str(blocker / "runs")], env=environment(), capture_output=True, text=True, timeout=300)
+    assert nowhere.returncode == 1 and "Traceback" not in nowhere.stderr
+    assert f"cannot create the runs folder {blocker / 'runs'}: Not a directory" in nowhere.stderr, nowhere.stderr[-2000:]
+
+    # a run stopped at step 4, then damaged: the newest checkpoint's trainer_state.json and a log line cut off
+    proc = start(runs, "damaged", "--stop_after", "4")
+    assert finish(proc)[0] == 0
+    run = runs / "damaged"
+    state = run / "checkpoints" / "checkpoint-4" / "trainer_state.json"
+    state.write_text(state.read_text()[:40])
+    log = run / "train_log.jsonl"
+    log.write_text(log.read_text()[:-30])
+    (run / "status.json").write_text('{"state": "runn')
+    again = cli(runs, "damaged")                                 # status.json unreadable: still a clear refusal
+    assert again.returncode == 1 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    params = (run / "params.json").read_text()
+    (run / "params.json").write_text(params[:50])
+    bad = cli(runs, "damaged", "--resume")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert f"cannot resume {run}: {run / 'params.json'}: not valid JSON" in bad.stderr and "overwrite" in bad.stderr
+    (run / "params.json").write_text(params)
+    code, _, err = finish(start(runs, "damaged", "--resume"))    # falls back to checkpoint-2, redoes steps 3-6
+    assert code == 0, err[-3000:]
+    assert "checkpoint-4/trainer_state.json is unreadable" in err and "train_log.jsonl: last line" in err
+    assert_finished_exactly(run, uninterrupted)
