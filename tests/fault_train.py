@@ -4,7 +4,8 @@
 The tiny model's own completions never parse, so every reward would be 0 and every adapter would trivially equal
 every other; the completions are instead drawn with torch's RNG from three scripted answers (so a resumed run must
 restore the RNG state to match an uninterrupted one). FAULT_STEP_DELAY seconds of sleep per generation give a test
-time to send a signal mid-run; FAULT_PID_DIR, when set, receives one `rank<r>.pid` file per process.
+time to send a signal mid-run; FAULT_PID_DIR, when set, receives one `rank<r>.pid` file per process;
+FAULT_DISK_FULL_AT_STEP makes writing that step's log line fail as a full disk does.
 """
 import os
 import sys
@@ -29,9 +30,23 @@ def scripted_generation():
     OTGRPOTrainer._generate_single_turn = generate
 
 
+def disk_full_at(step: int):
+    "Writing the log line of `step` fails with ENOSPC, as on a full disk."
+    import errno
+    import consistency_amp.training.run_callback as rc
+    append = rc.append_jsonl
+
+    def failing(path, record):
+        if record.get("step") == step: raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        append(path, record)
+
+    rc.append_jsonl = failing
+
+
 if __name__ == "__main__":
     if os.environ.get("FAULT_PID_DIR"):
         Path(os.environ["FAULT_PID_DIR"], f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
     scripted_generation()
+    if os.environ.get("FAULT_DISK_FULL_AT_STEP"): disk_full_at(int(os.environ["FAULT_DISK_FULL_AT_STEP"]))
     from consistency_amp.training.train_cli import main
     main(sys.argv[1:])

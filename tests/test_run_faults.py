@@ -246,3 +246,13 @@ def test_damaged_or_impossible_files_get_a_message_not_a_traceback(runs, uninter
     assert code == 0, err[-3000:]
     assert "checkpoint-4/trainer_state.json is unreadable" in err and "train_log.jsonl: last line" in err
     assert_finished_exactly(run, uninterrupted)
+
+
+def test_a_full_disk_names_the_file_keeps_what_was_written_and_resumes_exactly(runs, uninterrupted):
+    code, _, err = finish(start(runs, "disk_full", FAULT_DISK_FULL_AT_STEP=3))
+    run = runs / "disk_full"
+    assert code == 1 and "Traceback" not in err, err[-3000:]
+    assert f"could not write {run / 'train_log.jsonl'}: No space left on device" in err and "--resume" in err
+    assert [r["step"] for r in read_jsonl(run / "train_log.jsonl")[0]] == [1, 2]   # what was written is intact
+    assert read_json(run / "status.json")["state"] == "failed" and read_run(run).resume_step == 2
+    assert_resumes_exactly(runs, "disk_full", uninterrupted)

@@ -209,6 +209,8 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
     run = folder / params.name
     if not (run.exists() and read_run(run).complete):
         run_training(params, resume=run.exists())
+        if not (record := read_run(run)).complete:   # stopped by a signal: resumable, nothing to evaluate yet
+            raise SystemExit(f"{run.name}: {record.state} at step {record.resume_step}; run the experiment again to resume it")
     for name in todo:
         if name == SAMPLED_EVAL_NAME: evaluate_sampled(config.model, run, adapter=run / "adapter", **sample)
         else: evaluate_run(run, name, runs_dir=folder, **shared | where[name])

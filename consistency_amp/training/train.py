@@ -365,7 +365,9 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
             write_status(run_dir, "interrupted", checkpoint_step(newest) if newest else 0, stopped_by="SIGINT (twice: at once)")
         raise
     except BaseException as e:
-        if main and run_dir.exists(): write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}"[:2000])
+        try:
+            if main and run_dir.exists(): write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}"[:2000])
+        except OSError: pass                      # the disk that failed the run may fail this too: the first error counts
         raise
     finally:
         if main: release_run_lock(run_dir)      # taken by create_run; a reader now sees the run's true state

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shlex
 import signal
@@ -20,8 +21,8 @@ from .train import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_TASKS, Tra
                     train_run, world_size)
 
 # %% auto #0
-__all__ = ['argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'resume_argv', 'stopped_message', 'main',
-           'cli']
+__all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'resume_argv',
+           'stopped_message', 'main', 'cli']
 
 # %% ../../nbs/23a_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -122,6 +123,7 @@ def parse_args(argv: list[str] | None = None) -> TrainParams:
     return as_params(args)
 
 # %% ../../nbs/23a_train_cli.ipynb #27895f49
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # the disk is full, over quota, or read-only
 _VALUES = ("true", "false", "yes", "no", "1", "0", "on", "off")
 
 def resume_argv(argv: list[str]) -> list[str]:
@@ -156,6 +158,11 @@ def main(argv: list[str] | None = None) -> Path:
         if rank0: print(stopped_message(params, "SIGINT (twice: at once)", argv), file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     except FileExistsError as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")   # under torchrun: a live run
+    except OSError as e:                          # a full disk, a quota, a read-only mount: say which file, keep the rest
+        if e.errno not in WRITE_ERRNOS: raise
+        sys.exit(f"python -m consistency_amp.training.train: error: could not write {e.filename or 'a file'}: {e.strerror}. "
+                 "Every file written before is intact (each is written under a temporary name, then renamed); make "
+                 "room and continue with the same command and --resume")
     import torch.distributed as dist                # loaded by now: training imported torch
     if dist.is_available() and dist.is_initialized():   # under torchrun / accelerate: exit cleanly, no thread left running
         dist.barrier(); dist.destroy_process_group()
