@@ -6,7 +6,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+import shlex
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
@@ -32,8 +35,8 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'resolve_tasks', 'base_model_sizes',
            'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng', 'answer_type_of',
            'example_rows', 'process_group', 'answer_examples', 'summarize', 'check_eval_params', 'evaluate',
-           'default_eval_name', 'check_eval_name', 'eval_path', 'evaluate_run', 'model_kind', 'model_run_name',
-           'evaluate_model']
+           'default_eval_name', 'check_eval_name', 'eval_path', 'rerun_command', 'read_eval', 'evaluate_run',
+           'model_kind', 'model_run_name', 'evaluate_model']
 
 # %% ../../nbs/30_evaluation.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -209,9 +212,15 @@ def _model_name(model) -> str:
     if isinstance(model, (str, os.PathLike)): return os.fspath(model)
     return str(getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__)
 
-def _check_adapter(adapter) -> None:
-    if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
+def _check_adapter(adapter, model=None) -> None:
+    "Both adapter files checked before the data and the model load: a damaged one is named with the way out, whatever the backend."
+    if adapter is None: return
+    folder = Path(adapter)
+    if not (folder / "adapter_config.json").is_file() and not (folder / "adapter_model.safetensors").is_file():
         raise ValueError(f"adapter {os.fspath(adapter)!r} is not an adapter folder: it has no adapter_config.json")
+    if callable(getattr(model, "complete", None)): return   # a completer takes no adapter: `_completer` says so
+    from consistency_amp.training.models import check_adapter   # (imported on first use, like _load_model)
+    check_adapter(folder)
 
 def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device):
     "What answers the prompts: a given completer, vLLM's engine for a model name, or `GreedyDecoder` on the model."
@@ -235,7 +244,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
              device=None, progress: bool = True, return_records: bool = False, backend: str = "transformers"):
     "Greedy test-split accuracy, format and unparseable rates and self-consistency of a model on every (task, source)."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
-    _check_adapter(adapter)
+    _check_adapter(adapter, model_or_name)
     start = time.perf_counter()
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
     completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device)
@@ -274,14 +283,45 @@ def eval_path(run_dir, eval_name: str) -> Path:
 
 def _refuse_existing(path: Path, overwrite: bool) -> None:
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists; evaluations are never overwritten silently: pass overwrite=True "
-                              "(papermill: -p overwrite True) or choose another eval_name")
+        try: read_eval(path); state = "already exists"
+        except ValueError as e: state = f"already exists, damaged ({str(e).split('; re-run')[0].removeprefix(f'{path}: ')})"
+        raise FileExistsError(f"{path} {state}; evaluations are never overwritten silently: pass overwrite=True "
+                              "(papermill: -p overwrite True; CLI: --overwrite) or choose another eval_name")
 
 def _run_folder(run, runs_dir=None) -> Path:
     path = Path(run).expanduser() if isinstance(run, os.PathLike) or os.sep in str(run) else run_path(run, runs_dir)
     if not (path / PARAMS_FILE).is_file():
         raise ValueError(f"run {os.fspath(run)!r}: {path} is not a run folder (no {PARAMS_FILE})")
     return path
+
+# %% ../../nbs/30_evaluation.ipynb #e4a1c7b2
+def rerun_command(run_dir, eval_name: str) -> str:
+    "The command that writes `run_dir`/eval/`eval_name`.json again (`experiments.evaluate`; its other arguments as first run)."
+    first = re.fullmatch(r"test-first(\d+)", eval_name)       # `default_eval_name`'s quick evaluations
+    return (f"python -m consistency_amp.experiments.evaluate --run {shlex.quote(os.fspath(run_dir))} --eval_name "
+            f"{shlex.quote(eval_name)}{f' --max_examples {first[1]}' if first else ''} --overwrite")
+
+def _rerun_hint(path: Path) -> str:
+    run_dir = path.parent.parent
+    hint = f"re-run the evaluation: {rerun_command(run_dir, path.stem)} (with the other arguments it was run with)"
+    if run_dir.parent.name.startswith("experiment-"):   # an experiment's job redoes the evaluation files it lacks
+        hint += "; or delete the file and launch the experiment again"
+    return hint
+
+def _objects(value) -> bool: return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+def read_eval(path) -> dict:
+    "The evaluation file `path` (runs/<run>/eval/<name>.json), checked: a damaged one is a ValueError naming it and the command that writes it again, never a result."
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f"{path} does not exist; {_rerun_hint(path)}")
+    try: ev = json.loads(path.read_bytes())
+    except ValueError as e:                             # JSONDecodeError and UnicodeDecodeError: a write cut short, or garbage
+        raise ValueError(f"{path}: not valid JSON ({e}), damaged or cut short; {_rerun_hint(path)}") from None
+    if not isinstance(ev, dict): problem = "not a JSON object"
+    elif not (_objects(ev.get("results")) and ev["results"]): problem = "'results' is not a non-empty list of objects"
+    elif "examples" in ev and not _objects(ev["examples"]): problem = "'examples' is not a list of objects"
+    else: return ev
+    raise ValueError(f"{path}: {problem}; {_rerun_hint(path)}")
 
 # %% ../../nbs/30_evaluation.ipynb #1d0beaec
 def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite: bool = False, data_root=None,

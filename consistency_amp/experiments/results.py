@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from .manifest import HELD_OUT_SOURCE, scale_models, SOURCE
+from .evaluation import read_eval, rerun_command
 from ..training.run_records import list_runs, RunRecord
-from ..training.runs import TRAIN_REQUIRED_KEYS
+from ..training.runs import EVAL_DIR, TRAIN_REQUIRED_KEYS
 from ..world.tasks import TASKS
 
 # %% auto #0
@@ -52,6 +53,16 @@ def _params_problems(record: RunRecord) -> list[str]:
     if not params.get("model"): return ["params.json lacks 'model'"]
     return []
 
+def _damaged_evals(record: RunRecord) -> dict[str, str]:
+    "{eval_name: problem} of the eval files `read_run` could not read, each with the command that writes it again."
+    folder = record.path / EVAL_DIR
+    damaged = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if path.stem in record.evals: continue
+        try: read_eval(path); damaged[path.stem] = f"{path}: unreadable; re-run the evaluation: {rerun_command(record.path, path.stem)}"
+        except (ValueError, OSError) as e: damaged[path.stem] = str(e)
+    return damaged
+
 def run_rows(record: RunRecord) -> list[dict]:
     "The results-table rows of one run (see `results_table`)."
     p = record.params or {}
@@ -65,7 +76,9 @@ def run_rows(record: RunRecord) -> list[dict]:
                   label_noise=p.get("label_noise") if train else None, steps=p.get("steps") if train else None,
                   seed=p.get("seed"), scale=p.get("scale"), stands_in_for=stand_in_size(model),
                   state=record.state, path=str(record.path))
-    run_problems = list(record.problems) + _params_problems(record)
+    damaged = _damaged_evals(record)   # said with the way out in place of read_run's words; the run's rows still do not count
+    run_problems = ([p for p in record.problems if not (damaged and p.startswith(f"{EVAL_DIR}/"))]
+                    + list(damaged.values()) + _params_problems(record))
     run_ok = record.params is not None and record.complete and not run_problems
     missing = "; ".join(record.missing)
     rows = []
@@ -73,7 +86,8 @@ def run_rows(record: RunRecord) -> list[dict]:
         results = ev.get("results")
         if not isinstance(results, list) or not results:
             rows.append(common | dict(eval_name=eval_name, complete=False, missing=missing,
-                                      problems="; ".join(run_problems + [f"eval/{eval_name}.json: no results"])))
+                                      problems="; ".join(run_problems + [f"eval/{eval_name}.json: no results; re-run the "
+                                                                         f"evaluation: {rerun_command(record.path, eval_name)}"])))
             continue
         for i, r in enumerate(results):
             problems = list(run_problems)

@@ -124,7 +124,7 @@ class Scene:
 
 # %% ../../nbs/11_omni3d.ipynb #f9c84c14
 class Omni3DFormatError(ValueError):
-    "Bad content in an Omni3D file; `path`, `kind` ('image'/'annotation'/'file'), `record_id` and `field` say where."
+    "Bad content in an Omni3D file; `path`, `kind` ('image'/'annotation'/'category'/'file'), `record_id` and `field` say where."
     def __init__(self, message: str, path=None, kind=None, record_id=None, field=None):
         super().__init__(message)
         self.path, self.kind, self.record_id, self.field = path, kind, record_id, field
@@ -272,16 +272,41 @@ class Scenes(list):
         self.info, self.categories, self.report = info or {}, categories or {}, report
 
 # %% ../../nbs/11_omni3d.ipynb #e302dc85
+# the way out when the file as a whole is bad (a bad image or annotation alone can be skipped, a file cannot)
+_REPLACE_FILE = ("replace the file: download it again (Omni3D's datasets/Omni3D/download_omni3d_json.sh), or rebuild a synthetic world "
+                 "with make_synthetic_world(root, overwrite=True)")
+
+def _json_type(v) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(type(v), type(v).__name__)
+
+def _file_error(json_path: Path, problem: str, field=None, kind="file", record_id=None) -> Omni3DFormatError:
+    return Omni3DFormatError(f"{json_path}: {problem}; {_REPLACE_FILE}", json_path, kind, record_id, field)
+
 def _read_json(json_path: Path) -> dict:
     if not json_path.is_file(): raise FileNotFoundError(f"Omni3D file not found: {json_path}")
-    try: data = json.loads(json_path.read_text())
+    raw = json_path.read_bytes()
+    if not raw.strip(): raise _file_error(json_path, "the file is empty")   # an interrupted download or copy
+    try: data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise Omni3DFormatError(f"{json_path}: not valid JSON ({e})", json_path, "file") from None
-    if not isinstance(data, dict): raise Omni3DFormatError(f"{json_path}: expected a JSON object at top level", json_path, "file")
+        raise _file_error(json_path, f"not valid JSON ({e}), damaged or cut short") from None
+    if not isinstance(data, dict): raise _file_error(json_path, f"expected a JSON object at top level, got {_json_type(data)}")
     for key in ("images", "annotations"):
         if not isinstance(data.get(key), list):
-            raise Omni3DFormatError(f"{json_path}: top-level '{key}' must be a list", json_path, "file", field=key)
+            got = f"got {_json_type(data[key])}" if key in data else "it is missing"
+            raise _file_error(json_path, f"top-level '{key}' must be a list, {got}", key)
+    if data.get("categories") is not None and not isinstance(data["categories"], list):   # absent: no category table
+        raise _file_error(json_path, f"top-level 'categories' must be a list, got {_json_type(data['categories'])}", "categories")
     return data
+
+def _info(data: dict, json_path: Path) -> dict:
+    "The file's `info`: an object, a list holding one (as in some Omni3D files), or absent."
+    info = data.get("info")
+    if isinstance(info, list): info = info[0] if info else None
+    if info is None: return {}
+    if not isinstance(info, dict):
+        raise _file_error(json_path, f"top-level 'info' must be an object (or a list holding one), got {_json_type(info)}", "info")
+    return info
 
 def _source_split(info: dict, json_path: Path) -> tuple[str, str]:
     stem = json_path.stem.rsplit("_", 1)
@@ -293,9 +318,12 @@ def _source_split(info: dict, json_path: Path) -> tuple[str, str]:
 def _parse_categories(data: dict, json_path: Path) -> dict[int, str]:
     cats = {}
     for i, c in enumerate(data.get("categories") or []):
-        try: cats[_int(c, "id")] = _str(c, "name")
+        try:
+            cid = _int(c, "id")
+            if cid in cats: raise _FieldError("id", f"duplicate category id {cid}")   # annotations could not say which
+            cats[cid] = _str(c, "name")
         except _FieldError as e:
-            raise Omni3DFormatError(f"{json_path}: category #{i}: {e}", json_path, "category", i, e.field) from None
+            raise _file_error(json_path, f"category #{i}: {e}", e.field, "category", i) from None
     return cats
 
 def _record_id(rec, i):
@@ -313,8 +341,7 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
     if on_error not in ("raise", "skip"): raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     json_path = Path(json_path)
     data = _read_json(json_path)
-    info = data.get("info") or {}
-    if isinstance(info, list): info = info[0] if info else {}
+    info = _info(data, json_path)
     source, split = _source_split(info, json_path)
     categories = _parse_categories(data, json_path)
     image_root = Path(os.path.abspath(json_path.parent.parent if image_root is None else image_root))
@@ -322,7 +349,8 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
 
     def fail(kind, rid, err: _FieldError, where=""):
         if on_error == "raise":
-            raise Omni3DFormatError(f"{json_path}: {kind} id={rid}{where}: {err}", json_path, kind, rid, err.field) from None
+            raise Omni3DFormatError(f"{json_path}: {kind} id={rid}{where}: {err} (on_error='skip' loads the file without "
+                                    f"such records)", json_path, kind, rid, err.field) from None
         report.skipped.append(Skipped(kind, rid, err.field, str(err)))
 
     scenes, bad_images = {}, set()
