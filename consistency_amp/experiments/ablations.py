@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .experiment import (ABLATION_TASKS, EVAL_NAME, FIGURE8_CONDITIONS, ExperimentConfig,
+from .experiment import (eval_examples, ABLATION_TASKS, EVAL_NAME, FIGURE8_CONDITIONS, ExperimentConfig,
                                                     eval_file, experiment_dir, run_name_of, seeds_of)
 from ..core import NOISE_LEVELS
 from ..reward.baseline import exact_fraction
@@ -42,7 +42,7 @@ def seed_outcomes(config: ExperimentConfig, condition: str, runs_dir=None, eval_
     out = {}
     for seed in ((0,) if condition == "base" else seeds_of(config, condition)):
         if not (path := eval_file(config, condition, seed, runs_dir, eval_name)).is_file(): continue
-        records = sorted(json.loads(path.read_text())["examples"], key=lambda r: r["uid"])
+        records = sorted(eval_examples(path), key=lambda r: r["uid"])
         out[seed] = (np.array([float(r["accuracy"] or 0.0) for r in records]), [r["task"] for r in records],
                      [r["uid"] for r in records])
     return out

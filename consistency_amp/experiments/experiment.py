@@ -32,7 +32,8 @@ __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_
            'ABLATION_TASKS', 'FIGURE8_CONDITIONS', 'FIGURE8_SEEDS', 'FIGURE6_CONDITIONS', 'FULL_CONDITIONS',
            'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS',
            'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file',
-           'eval_names', 'run_job', 'seeds_of', 'jobs', 'missing_jobs', 'launch', 'outcomes', 'argument_parser', 'main']
+           'eval_examples', 'eval_names', 'run_job', 'seeds_of', 'jobs', 'missing_jobs', 'launch', 'outcomes',
+           'argument_parser', 'main']
 
 # %% ../../nbs/46_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
@@ -171,6 +172,21 @@ def experiment_dir(config: ExperimentConfig, runs_dir=None) -> Path:
 def eval_file(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, eval_name: str = EVAL_NAME) -> Path:
     return experiment_dir(config, runs_dir) / run_name_of(condition, seed) / "eval" / f"{eval_name}.json"
 
+def _damaged(path: Path) -> str | None:
+    "What is wrong with the evaluation file `path`, None if it is a JSON object (a missing file: 'missing')."
+    if not path.is_file(): return "missing"
+    try: value = json.loads(path.read_bytes())
+    except ValueError as e: return f"not valid JSON ({e}), cut short or damaged"
+    return None if isinstance(value, dict) else "not a JSON object"
+
+def eval_examples(path) -> list[dict]:
+    "The per-question records of an experiment's evaluation file; a damaged one is a ValueError naming it and the way to redo it."
+    path = Path(path)
+    problem = _damaged(path)
+    if problem is None and not isinstance(examples := json.loads(path.read_bytes()).get("examples"), list): problem = "no 'examples' list"
+    if problem: raise ValueError(f"{path}: {problem}; run the experiment again: its job sets a damaged file aside and evaluates anew")
+    return examples
+
 # the conditions whose sampled answers are compared (`experiments.sampling`): the base, both rewards, the blind controls;
 # evaluated whenever the default's conditions are all run (so a toy subset of conditions stays cheap)
 SAMPLED_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap")
@@ -190,8 +206,12 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
     from consistency_amp.world.synthetic import default_world
     from consistency_amp.training.train import run_training
     out = eval_file(config, condition, seed, runs_dir)
-    todo = [name for name in eval_names(config, condition) if not eval_file(config, condition, seed, runs_dir, name).is_file()]
+    todo = [name for name in eval_names(config, condition) if _damaged(eval_file(config, condition, seed, runs_dir, name))]
     if not todo: return out
+    for name in todo:                             # a damaged evaluation is kept aside, not overwritten, and redone
+        if (path := eval_file(config, condition, seed, runs_dir, name)).is_file():
+            path.rename(aside := path.with_name(f".damaged-{int(time.time())}-{path.name}"))
+            _logger.warning(f"{path}: {_damaged(aside)}; kept as {aside.name}, evaluating again")
     folder, root = experiment_dir(config, runs_dir), default_world(world_config(config))
     shared = dict(tasks=BOOLEAN_TASKS, max_examples=config.eval_per_task, batch_size=config.eval_batch_size,
                   max_new_tokens=config.max_completion_length, examples=True, consistency_samples=0,
@@ -231,7 +251,7 @@ def jobs(config: ExperimentConfig) -> list[tuple[str, int]]:
 
 def missing_jobs(config: ExperimentConfig, runs_dir=None) -> list[tuple[str, int]]:
     return [(c, s) for c, s in jobs(config)
-            if not all(eval_file(config, c, s, runs_dir, name).is_file() for name in eval_names(config, c))]
+            if any(_damaged(eval_file(config, c, s, runs_dir, name)) for name in eval_names(config, c))]
 
 # %% ../../nbs/46_experiment.ipynb #b3c08cb5
 def _job_command(config: ExperimentConfig, condition: str, seed: int, runs_dir) -> list[str]:
@@ -270,7 +290,7 @@ def outcomes(config: ExperimentConfig, runs_dir=None) -> tuple[dict[str, np.ndar
         if condition not in SCIENCE_CONDITIONS: continue   # Figures 2-4's runs: `consistency_amp.experiments.experiment_figures`
         path = eval_file(config, condition, seed, runs_dir)
         if not path.is_file(): continue
-        records = sorted(json.loads(path.read_text())["examples"], key=lambda r: r["uid"])
+        records = sorted(eval_examples(path), key=lambda r: r["uid"])
         if uids is None: uids, tasks = [r["uid"] for r in records], [r["task"] for r in records]
         elif [r["uid"] for r in records] != uids:
             raise ValueError(f"{path}: evaluated on other test examples than the rest of the experiment")

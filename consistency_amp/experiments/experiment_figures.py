@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import (EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, PER_TASK_REWARDS,
+from .experiment import (eval_examples, EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, PER_TASK_REWARDS,
                                                     SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs)
 from .experiment_report import CONDITION_COLOURS, save_figure
 from .sampling import SAMPLED_EVAL_NAME
@@ -31,7 +31,7 @@ def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_
     if condition not in config.conditions: return None
     for c, seed in jobs(replace(config, conditions=(condition,))):
         if not (path := eval_file(config, c, seed, runs_dir, eval_name)).is_file(): continue
-        records = sorted(json.loads(path.read_text())["examples"], key=lambda r: r["uid"])
+        records = sorted(eval_examples(path), key=lambda r: r["uid"])
         if uids is not None and [r["uid"] for r in records] != uids:
             raise ValueError(f"{path}: scored on other examples than the condition's other seeds")
         uids, tasks = [r["uid"] for r in records], [r["task"] for r in records]
@@ -159,7 +159,7 @@ def sampled_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 1000)
     for condition in SAMPLED_CONDITIONS:
         for c, seed in jobs(replace(config, conditions=(condition,))):
             if (path := eval_file(config, c, seed, runs_dir, SAMPLED_EVAL_NAME)).is_file():
-                records = sorted(json.loads(path.read_text())["examples"], key=lambda r: r["uid"])
+                records = sorted(eval_examples(path), key=lambda r: r["uid"])
                 data.setdefault(condition, []).append([[r["sampled"] for r in records], [r["majority"] for r in records]])
     if "base" not in data: return []
     arrays = {c: (np.asarray([s[0] for s in seeds]), np.asarray([s[1] for s in seeds])) for c, seeds in data.items()}

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core import NOISE_LEVELS
 from . import plotting
-from .experiment import (SCIENCE_CONDITIONS, SOURCE, ExperimentConfig, eval_file,
+from .experiment import (eval_examples, SCIENCE_CONDITIONS, SOURCE, ExperimentConfig, eval_file,
                                                     experiment_dir, jobs, outcomes, run_name_of, world_config)
 from ..world.tasks import BOOLEAN_TASKS
 
@@ -126,7 +126,7 @@ def claim_rows(config: ExperimentConfig, runs_dir=None) -> list[dict]:
     rows, sides = [], [("ground truth", "ground_truth")]
     for condition, seed in jobs(config):
         if condition not in SCIENCE_CONDITIONS or not (path := eval_file(config, condition, seed, runs_dir)).is_file(): continue
-        records = json.loads(path.read_text())["examples"]
+        records = eval_examples(path)
         for name, key in sides + [(condition, "answer")]:
             claims = {}
             for r in records:
