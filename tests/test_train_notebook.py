@@ -232,3 +232,13 @@ def test_resume_ends_where_an_uninterrupted_run_ends(tmp_path, monkeypatch):
             "learning_rate", "grad_norm")
     for ra, rb in zip(log_a[-2:], log_b[-2:]):
         assert {k: ra[k] for k in same} == pytest.approx({k: rb[k] for k in same}, rel=1e-6, abs=1e-9)
+
+
+def test_a_stopped_run_ends_the_notebook_cleanly_with_the_way_to_resume(tmp_path):
+    runs = tmp_path / "runs"
+    execute(tmp_path, "stopped.ipynb", runs_dir=str(runs), **(TINY | dict(stop_after=1)))
+    nb = nbformat.read(tmp_path / "stopped.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "interrupted at step 1 by stop_after=1; run this notebook again with -p resume True" in printed
+    (run,) = runs.iterdir()
+    assert read_run(run).state == "interrupted" and (run / "checkpoints" / "checkpoint-1").is_dir()
