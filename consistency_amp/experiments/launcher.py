@@ -154,7 +154,7 @@ def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = Non
     runs = resolve_runs_dir(runs_dir)
     todo = missing_runs(scale, runs, figures=figures, manifest_=m)
     blocked = [s for s in manifest_status(scale, runs, figures=figures, manifest_=m).drop_duplicates("run").itertuples()
-               if s.status in ("eval_incomplete", "mismatch", "damaged", "needs_model")]
+               if s.status in ("running", "eval_incomplete", "mismatch", "damaged", "needs_model")]
     if scale == "paper" and mode == "run":
         print("# the paper scale needs 8 GPUs per run: printing the commands instead of running them", file=file)
         mode = "print"

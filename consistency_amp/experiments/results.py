@@ -124,6 +124,7 @@ def results_table(runs_dir: str | os.PathLike | None = None) -> pd.DataFrame:
 def write_fixture_run(runs_dir, name: str, params: dict, results: list[dict] | None = None, eval_name: str = "test",
                       state: str = "complete", adapter: bool = True, examples: list | None = None) -> Path:
     "A run folder written by hand (for tests and demonstrations): params, status, a one-line log, adapter, one evaluation."
+    from consistency_amp.training.run_lock import release_run_lock
     from consistency_amp.training.runs import append_jsonl, create_run, write_json, write_status
     kind = params.get("kind", "train")
     path = create_run(name, params, runs=runs_dir)
@@ -135,6 +136,7 @@ def write_fixture_run(runs_dir, name: str, params: dict, results: list[dict] | N
             (path / "adapter" / "adapter_model.safetensors").write_bytes(b"fixture")
             (path / "adapter" / "adapter_config.json").write_text("{}")
     write_status(path, state, 1, params.get("steps") or 0)
+    release_run_lock(path)                        # written by hand, not trained: no live writer
     if results is not None:
         ev = dict(run=name, model=params.get("model"), adapter=None, split="test", data_root=params.get("data_root"),
                   decoding=dict(greedy=True, max_new_tokens=32), created_at="2026-01-01T00:00:00+00:00",

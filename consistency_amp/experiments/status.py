@@ -14,6 +14,7 @@ import pandas as pd
 from .manifest import (check_figures, DATA_ROOT_PLACEHOLDER, FIGURES, manifest, Manifest,
                                                   TRAIN_IDENTITY_KEYS)
 from .results import _params_problems, fixture_result, results_table, write_fixture_run
+from ..training.run_lock import describe_writer
 from ..training.run_records import list_runs, RunRecord
 from ..training.runs import resolve_path
 from ..world.tasks import BOOLEAN_TASKS
@@ -23,7 +24,7 @@ __all__ = ['STATUSES', 'LAUNCHABLE', 'STATUS_COLUMNS', 'param_differences', 'eva
            'spec_params', 'write_status_fixture', 'status_summary', 'figure_results']
 
 # %% ../../nbs/33_status.ipynb #072c9973
-STATUSES = ("complete", "needs_eval", "incomplete", "missing", "eval_incomplete", "mismatch", "damaged", "needs_model")
+STATUSES = ("complete", "running", "needs_eval", "incomplete", "missing", "eval_incomplete", "mismatch", "damaged", "needs_model")
 LAUNCHABLE = ("needs_eval", "incomplete", "missing")
 
 def _model_key(model) -> str | None:
@@ -107,6 +108,9 @@ def spec_status(spec: dict, records: dict[str, RunRecord], need: dict | None = N
             return out | dict(status="damaged", detail="params.json missing or unreadable: "
                               + "; ".join(record.problems + record.missing))
         return out | dict(status="mismatch", detail="; ".join(diffs))
+    if spec["kind"] == "train" and record.state == "running":   # a live process holds its lock: not ours to launch
+        return out | dict(status="running", detail=_training_detail(record) + "; being written by "
+                          + describe_writer((record.status or {}).get("writer")))
     if spec["kind"] == "train" and not record.complete:
         return out | dict(status="incomplete", detail=_training_detail(record))
     if problems := _params_problems(record):
