@@ -16,6 +16,7 @@ from consistency_amp.experiments.launcher import launch_missing, missing_runs
 from consistency_amp.experiments.manifest import EXTERNAL_BASELINES, manifest
 from consistency_amp.experiments.results import RESULT_COLUMNS, fixture_result, results_table, write_fixture_run
 from consistency_amp.experiments.status import manifest_status, spec_params, status_summary
+from consistency_amp.training.run_lock import release_run_lock
 from consistency_amp.training.runs import create_run, write_json
 from consistency_amp.training.run_records import read_run
 from consistency_amp.world.tasks import BOOLEAN_TASKS
@@ -220,6 +221,9 @@ def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path)
     assert (train["stands_in_for"], train["task"], train["reward"], train["steps"]) == ("7B", "depth", "consistency", 1)
     # a run interrupted before its first step: the launcher must resume it in place
     create_run(train["name"], spec_params(train), runs=tmp_path)
+    status = {s["name"]: s["status"] for s in missing_runs("mini", tmp_path, manifest_=m, figures="appendix_c")}
+    assert status == {"base-spatial-base-large": "missing"}     # this process writes it: live, not launchable
+    release_run_lock(tmp_path / train["name"])                  # as if that process had died
     status = {s["name"]: s["status"] for s in missing_runs("mini", tmp_path, manifest_=m, figures="appendix_c")}
     assert status == {train["name"]: "incomplete", "base-spatial-base-large": "missing"}
 
