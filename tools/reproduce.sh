@@ -3,7 +3,7 @@
 # figures and tables into figures/ from the stored results.
 #
 #   bash tools/reproduce.sh                 # the miniature experiment (science table) + the mini grid, CPU, ~25 min
-#   bash tools/reproduce.sh --full          # the experiment with every condition (the paper's set, pairing, label noise, Figs 2-4)
+#   bash tools/reproduce.sh --full          # the experiment with every condition (the paper's set, pairing, label noise, Figs 2-4, per-task Figs 8 and 6)
 #   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
@@ -12,10 +12,11 @@
 #   blind control, 3 seeds each, evaluated greedily on 300 held-out examples per task and on the sampled answers
 #   (8 at T = 1) of 100 per task (--full: also the consistency reward with the paper's own transformation set and its
 #   blind control, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures 2-4 from
-#   both spatial bases, with consistency with the marker swap per task from the large one, nbs/47_experiment_figures.ipynb;
-#   about 3 h 20 min); writes figures/science.{md,csv}, figures/science_{accuracy,monitor,claims,sampled}.{png,pdf}
-#   and, with --full, figures/science_fig{2_same_task,3_cross_task,4_cross_domain}.{png,pdf,csv} and
-#   figures/science_per_task.csv (the per-task gain ratios).
+#   both spatial bases, with consistency with the marker swap per task from the large one, nbs/47_experiment_figures.ipynb,
+#   and the per-task ablations, Figures 8 and 6 on depth and size, nbs/47b_ablations.ipynb; about 4 h 50 min);
+#   writes figures/science.{md,csv}, figures/science_{accuracy,monitor,claims,sampled}.{png,pdf} and, with --full,
+#   figures/science_fig{2_same_task,3_cross_task,4_cross_domain,8_pairing_per_task,6_label_noise_per_task}.{png,pdf,csv}
+#   and figures/science_per_task.csv (the per-task gain ratios).
 # * The mini grid: every paper figure's runs at toy size (a pipeline check; its numbers are not the science).
 # * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.
 # * Executes nbs/figures.ipynb with papermill; the executed copy goes to runs/figures/figures-<timestamp>.ipynb
