@@ -156,7 +156,7 @@ def test_second_run_with_the_same_name_fails_without_overwrite(executed):
 INVALID = [
     (dict(task="height"), "task must be one of 'orientation', 'depth', 'size', 'relative_distance', 'counting', "
                           "'absolute_distance', 'joint'"),
-    (dict(reward="f1"), "reward must be one of 'consistency', 'accuracy'; got 'f1'"),
+    (dict(reward="f1"), "reward must be one of 'consistency', 'accuracy', 'ssl4rl_rotation'"),
     (dict(pairing="greedy"), "pairing must be one of 'minimal', 'random', 'one_to_all'; got 'greedy'"),
     (dict(K=1), "num_generations (the group size K) must be an integer >= 2; got 1"),
     (dict(data_root="/no/such/omni3d"), "data_root '/no/such/omni3d' does not exist"),

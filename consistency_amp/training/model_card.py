@@ -38,6 +38,14 @@ def _results_table(run_dir: Path) -> str:
     return "\n".join(["| evaluation | task | source | n | accuracy (%) |", "|---|---|---|---|---|", *rows])
 
 # %% ../../nbs/22b_model_card.ipynb #cbcb83b8
+def _trained_with(params: dict) -> str:
+    return {"consistency": "OT-GRPO and the label-free consistency reward", "accuracy": "GRPO and the ground-truth accuracy "
+            "reward"}.get(params["reward"], "GRPO and a self-supervised pretext reward, a baseline of the paper's Figure 5")
+
+def _trained_on(params: dict) -> str:
+    return (f"the {params['task']} task of {params['source']}" if params["reward"] in ("consistency", "accuracy")
+            else f"the training images of {params['source']}")
+
 def model_card(run_dir) -> str:
     "The model card of the run in `run_dir`: Hub metadata, the paper, the training parameters, how to load it, its results."
     from huggingface_hub import ModelCard, ModelCardData
@@ -49,9 +57,7 @@ def model_card(run_dir) -> str:
     settings = "\n".join(f"| {k} | {params.get(k)} |" for k in CARD_PARAMS if k in params)
     body = f"""# {run_dir.name}
 
-A LoRA adapter on `{params['model']}`, trained with {'OT-GRPO and the label-free consistency reward' if params['reward'] ==
-'consistency' else 'GRPO and the ground-truth accuracy reward'} ({reward}) on the {params['task']} task of
-{params['source']}, by [consistency_amp](https://github.com/consistency-amp/consistency_amp), the companion of
+A LoRA adapter on `{params['model']}`, trained with {_trained_with(params)} ({reward}) on {_trained_on(params)}, by [consistency_amp](https://github.com/consistency-amp/consistency_amp), the companion of
 *{PAPER['title']}* ({PAPER['venue']}).
 
 ## Training

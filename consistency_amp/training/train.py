@@ -24,18 +24,21 @@ from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, checkpoint_step
                                            create_run, last_checkpoint, PARAM_KEYS, resolve_path, run_path, write_status)
 from .run_callback import run_callback, StopRequest
 from .runs import run_name as default_run_name
+from ..reward.ssl import SSL_TASKS
 from ..world.tasks import BOOLEAN_TASKS, TASKS
 
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['TRAIN_TASKS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'SET_BY_PARAMS', 'FLAG_PARAMS',
-           'report_integrations', 'model_size', 'load_kwargs', 'TrainParams', 'as_params', 'world_size', 'start_run',
-           'train_examples', 'trainer_config', 'save_final_adapter', 'load_for_training', 'cpu_threads', 'train_run',
-           'run_training']
+__all__ = ['TRAIN_TASKS', 'TRAIN_REWARDS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'SET_BY_PARAMS',
+           'FLAG_PARAMS', 'report_integrations', 'model_size', 'load_kwargs', 'TrainParams', 'as_params', 'world_size',
+           'start_run', 'train_examples', 'trainer_config', 'save_final_adapter', 'load_for_training', 'cpu_threads',
+           'train_run', 'run_training']
 
 # %% ../../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
+# the paired rewards (Section 4) and the self-supervised baselines' pretext tasks (Section 5.3, Figure 5 controlled)
+TRAIN_REWARDS = REWARDS + SSL_TASKS
 JOINT_TASKS = BOOLEAN_TASKS
 SOURCE_CHOICES = OMNI3D_SOURCES
 # transformers validates the integration names of `report_to`; these are the packages that some of them need, so
@@ -125,7 +128,7 @@ class TrainParams:
     "Parameters of one training run (CPU defaults); checked when built, before anything heavy is imported."
     task: str = _arg('A task of Section 3 (orientation, depth, size, relative_distance, counting, absolute_distance), or "joint": the four boolean tasks together.', "depth")
     source: str = _arg('Training source (the paper trains on SUN RGB-D)', "SUNRGBD")
-    reward: str = _arg('"consistency" (label-free, paired) or "accuracy" (ground truth)', "consistency")
+    reward: str = _arg('"consistency" (label-free, paired) or "accuracy" (ground truth); or a self-supervised baseline\'s pretext task (Figure 5: ' + ", ".join(SSL_TASKS) + '), with task "joint"', "consistency")
     pairing: str = _arg('"minimal" (OT-GRPO), "random" or "one_to_all".', "minimal")
     model: str = _arg('Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)', DEFAULT_MODEL)
     data_root: str | None = _arg('Omni3D root; None = the built-in synthetic world.', None)
@@ -158,7 +161,10 @@ class TrainParams:
             if _KINDS[f.type]: setattr(self, f.name, _coerce(getattr(self, f.name), _KINDS[f.type], f.name))
         check_choice("task", self.task, TRAIN_TASKS, " ('joint': the four boolean tasks together)")
         check_choice("source", self.source, SOURCE_CHOICES)
-        check_choice("reward", self.reward, REWARDS)
+        check_choice("reward", self.reward, TRAIN_REWARDS)
+        if self.reward in SSL_TASKS and (self.task != "joint" or self.blind or self.marker_swap):
+            raise ValueError(f"reward={self.reward!r} is a pretext task on the training images of every task, with no "
+                             "prompt pairs: use task='joint' (and neither blind nor marker_swap)")
         check_choice("pairing", self.pairing, PAIRINGS)
         check_int("num_generations (the group size K)", self.num_generations, 2)
         for name in ("steps", "pairs_per_device", "max_completion_length"): check_int(name, getattr(self, name), 1)
@@ -243,10 +249,13 @@ def start_run(params: TrainParams) -> Path:
     return create_run(params.name, params.record(), overwrite=params.overwrite, resume=params.resume, runs=params.runs_dir)
 
 def train_examples(params: TrainParams) -> list:
-    "The train split of the run's task(s) and source: `build_task_splits(...)[task, source].train` (never the test split)."
+    "The train split of the run's task(s) and source: `build_task_splits(...)[task, source].train` (never the test split); for a pretext reward, its examples on the same training images."
     from consistency_amp.world.synthetic import default_world
     from consistency_amp.world.task_splits import build_task_splits
     root = default_world() if params.data_root is None else Path(params.data_root)
+    if params.reward in SSL_TASKS:                # a pretext task: every training image of the source (nbs/18)
+        from consistency_amp.world.ssl_tasks import ssl_examples
+        return ssl_examples(root, tasks=(params.reward,), seed=params.seed, source=params.source)[params.reward]
     splits = build_task_splits(root, tasks=params.tasks, sources=(params.source,))
     examples = [e for task in params.tasks for e in splits[task, params.source].train]
     if not examples: raise ValueError(f"no training examples of {params.tasks} from {params.source} under {root}")
@@ -255,7 +264,7 @@ def train_examples(params: TrainParams) -> list:
 
 # %% ../../nbs/23_train_entry.ipynb #8a2936ee
 def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
-    "The `OTGRPOConfig` of a run (initialises torch.distributed when launched with torchrun / accelerate)."
+    "The `OTGRPOConfig` of a run, a `GRPOConfig` for a pretext reward (initialises torch.distributed when launched with torchrun / accelerate)."
     import torch
     from consistency_amp.training.trainer import OTGRPOConfig
     cuda = torch.cuda.is_available()
@@ -272,6 +281,10 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
     # transformers 5.x renamed gradient_checkpointing to activation_checkpointing (the old name warns); either is honoured
     checkpointing = "activation_checkpointing" if hasattr(OTGRPOConfig, "activation_checkpointing") else "gradient_checkpointing"
     settings[checkpointing] = cuda if params.gradient_checkpointing is None else params.gradient_checkpointing
+    if params.reward in SSL_TASKS:                # no pairs: TRL's GRPOConfig with a paired run's prompts per step
+        from consistency_amp.training.ssl_trainer import ssl_config
+        paired = ("reward", "pairing", "label_noise", "pairs_per_device")
+        return ssl_config({k: v for k, v in settings.items() if k not in paired} | (params.trainer_args or {}), params.pairs_per_device)
     return OTGRPOConfig(**(settings | (params.trainer_args or {})))
 
 # %% ../../nbs/23_train_entry.ipynb #3738326b
@@ -348,9 +361,13 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         model, processor, peft_config = load_for_training(params, config)
         from consistency_amp.world.prompts import blind_prompt_pair, make_prompt_pair
         make_pair = partial(blind_prompt_pair if params.blind else make_prompt_pair, marker_swap=params.marker_swap)
-        trainer = OTGRPOTrainer(model, config, examples, processing_class=processor, peft_config=peft_config,
-                                make_pair=make_pair,
-                                callbacks=[callback := run_callback(run_dir, params.steps, params.stop_after, stop)])
+        callback = run_callback(run_dir, params.steps, params.stop_after, stop)
+        if params.reward in SSL_TASKS:            # a self-supervised baseline: TRL's GRPOTrainer (nbs/21c_ssl_trainer)
+            from consistency_amp.training.ssl_trainer import ssl_trainer
+            trainer = ssl_trainer(model, config, examples, processing_class=processor, peft_config=peft_config,
+                                  callbacks=[callback])
+        else: trainer = OTGRPOTrainer(model, config, examples, processing_class=processor, peft_config=peft_config,
+                                      make_pair=make_pair, callbacks=[callback])
         if checkpoint is not None and main: _logger.info(f"resuming {run_dir.name} from {checkpoint.name}")
         with stop: trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         step = trainer.state.global_step

@@ -14,11 +14,11 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from ..core import PAIRINGS, REWARDS, console_logging
+from ..core import PAIRINGS, console_logging
 from .run_callback import stop_signal_of
 from .runs import resolve_path
-from .train import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_TASKS, TrainParams, _coerce, as_params, start_run,
-                    train_run, world_size)
+from .train import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REWARDS, TRAIN_TASKS,
+                                            TrainParams, _coerce, as_params, start_run, train_run, world_size)
 
 # %% auto #0
 __all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'resume_argv',
@@ -47,7 +47,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="A YAML recipe (configs/train/*.yaml) of TrainParams, OTGRPOConfig and "
                                          "trl.ModelConfig fields, and an optional env mapping; flags override it.")
     parser.add_argument("--help_all", action=_HelpAll, help="Show every flag, OTGRPOConfig's and trl.ModelConfig's too, and exit.")
-    choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=REWARDS, pairing=PAIRINGS)
+    choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=TRAIN_REWARDS, pairing=PAIRINGS)
     for f in fields(TrainParams):
         names = [f"--{f.name}"] + (["-K", "--K"] if f.name == "num_generations" else [])
         if f.name in FLAG_PARAMS:
