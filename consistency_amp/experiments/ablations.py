@@ -20,9 +20,9 @@ from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
 __all__ = ['FIGURE8_PAIRINGS', 'PAPER_MARGINS', 'Z_95', 'Z_80', 'REWARD_KEY', 'PAIRING_COLOURS', 'PAPER_CROSSOVER',
-           'ABLATIONS_HEADING', 'pairing_condition', 'seed_outcomes', 'paired_difference', 'seed_power', 'figure8_rows',
-           'training_reward_rows', 'plot_figure8', 'figure8_science_rows', 'figure6_rows', 'plot_figure6',
-           'figure6_science_rows', 'merge_science', 'report_ablations', 'ablation_summary']
+           'ABLATIONS_HEADING', 'ABLATION_FIGURES', 'pairing_condition', 'seed_outcomes', 'paired_difference',
+           'seed_power', 'figure8_rows', 'training_reward_rows', 'plot_figure8', 'figure8_science_rows', 'figure6_rows',
+           'plot_figure6', 'figure6_science_rows', 'merge_science', 'report_ablations', 'ablation_summary']
 
 # %% ../../nbs/47b_ablations.ipynb #0c540d30
 FIGURE8_PAIRINGS = ("minimal", "random", "one_to_all")
@@ -261,8 +261,15 @@ def figure6_science_rows(rows: list[dict]) -> pd.DataFrame:
 # %% ../../nbs/47b_ablations.ipynb #5a991bbf
 ABLATIONS_HEADING = "## Ablations per task (issue 24)"
 
+ABLATION_FIGURES = (   # the science rows' prefix, and the figure they come from (science.md's section intro)
+    ("pairing_", "Figure 8 per task (`science_fig8_pairing_per_task.png`), minimal minus each other pairing on the "
+                 "trained task, paired over seeds and questions"),
+    ("noise_crossover_", "Figure 6 per task (`science_fig6_label_noise_per_task.png`), the flipped-label crossover"),
+    ("ssl_", "Figure 5, controlled (`science_fig5_ssl_baselines.png`), the best self-supervised baseline trained here "
+             "minus consistency"))
+
 def merge_science(out_dir, table: pd.DataFrame) -> list[Path]:
-    "Replace `table`'s metrics in out_dir/science.csv (appending new ones) and its section of science.md; the paths."
+    "Replace `table`'s metrics in out_dir/science.csv (appending new ones) and in its section of science.md (other rows of the section kept); the paths."
     from consistency_amp.experiments.science import SCIENCE_COLUMNS, science_markdown
     from consistency_amp.files import write_atomically
     out = Path(out_dir); csv, md = out / "science.csv", out / "science.md"
@@ -270,15 +277,15 @@ def merge_science(out_dir, table: pd.DataFrame) -> list[Path]:
     merged = pd.concat([old[~old["metric"].isin(table["metric"])], table[list(SCIENCE_COLUMNS)]], ignore_index=True)
     write_atomically(csv, lambda tmp: merged.to_csv(tmp, index=False))
     text = md.read_text() if md.is_file() else ""
-    text = text.split(f"\n{ABLATIONS_HEADING}\n")[0].rstrip("\n")
-    section = science_markdown(table, "x").split("\n", 2)[2]   # the table without its title
-    figures = [text for prefix, text in (
-        ("pairing_", "Figure 8 per task (`science_fig8_pairing_per_task.png`), minimal minus each other pairing on the "
-                     "trained task, paired over seeds and questions"),
-        ("noise_crossover_", "Figure 6 per task (`science_fig6_label_noise_per_task.png`), the flipped-label crossover"))
-        if table["metric"].str.startswith(prefix).any()]
-    write_atomically(md, lambda tmp: Path(tmp).write_text(f"{text}\n\n{ABLATIONS_HEADING}\n\nTrained one task at a time "
-                     f"from the large base (`nbs/47b_ablations.ipynb`): {'; '.join(figures)}.\n\n{section}"))
+    text, _, section = text.partition(f"\n{ABLATIONS_HEADING}\n")
+    kept = [line for line in section.splitlines() if line.startswith("| `")
+            and line.split("`")[1] not in set(table["metric"])]             # earlier rows of other figures stay
+    rows = science_markdown(table, "x").split("\n", 2)[2].rstrip("\n").split("\n")   # header, rule, new rows
+    metrics = [line.split("`")[1] for line in kept] + list(table["metric"])
+    figures = [what for prefix, what in ABLATION_FIGURES if any(m.startswith(prefix) for m in metrics)]
+    body = "\n".join(rows[:2] + kept + rows[2:])
+    write_atomically(md, lambda tmp: Path(tmp).write_text(f"{text.rstrip(chr(10))}\n\n{ABLATIONS_HEADING}\n\nTrained one task "
+                     f"at a time from the large base (`nbs/47b_ablations.ipynb`): {'; '.join(figures)}.\n\n{body}\n"))
     return [csv, md]
 
 def report_ablations(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:

@@ -22,6 +22,7 @@ from ..core import console_logging, NOISE_LEVELS   # Section 5.4: the flipped-la
 from .manifest import SOURCE      # SUN RGB-D
 from .sampling import SAMPLED_EVAL_NAME, evaluate_sampled
 from .science import CONDITIONS, check_outcomes
+from ..reward.ssl import SSL_TASKS
 from ..world.synthetic import SyntheticConfig
 from ..world.tasks import BOOLEAN_TASKS
 
@@ -29,11 +30,11 @@ _logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS',
-           'ABLATION_TASKS', 'FIGURE8_CONDITIONS', 'FIGURE8_SEEDS', 'FIGURE6_CONDITIONS', 'FULL_CONDITIONS',
-           'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS',
-           'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir', 'eval_file',
-           'eval_examples', 'eval_names', 'run_job', 'seeds_of', 'jobs', 'missing_jobs', 'launch', 'outcomes',
-           'argument_parser', 'main']
+           'ABLATION_TASKS', 'FIGURE8_CONDITIONS', 'FIGURE8_SEEDS', 'FIGURE6_CONDITIONS', 'FIGURE5_CONDITIONS',
+           'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME',
+           'SAMPLED_CONDITIONS', 'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir',
+           'eval_file', 'eval_examples', 'eval_names', 'run_job', 'seeds_of', 'jobs', 'missing_jobs', 'launch',
+           'outcomes', 'argument_parser', 'main']
 
 # %% ../../nbs/46_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
@@ -63,7 +64,11 @@ FIGURE8_CONDITIONS = {f"{task}_consistency_marker_swap_{pairing}": (task, pairin
 FIGURE8_SEEDS = 5   # the paper's margins are 1-2 pp: the power estimate in nbs/47b_ablations.ipynb
 # Figure 6: the accuracy reward with a fraction p of the training labels flipped, against consistency (marker swap).
 FIGURE6_CONDITIONS = {f"{task}_accuracy_noise{p:g}": (task, p) for task in ABLATION_TASKS for p in NOISE_LEVELS}
-FULL_CONDITIONS = SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS) + tuple(FIGURE6_CONDITIONS)
+# Figure 5, controlled: each self-supervised baseline's pretext task (nbs/18_ssl_tasks) trained as a reward on the same
+# training images, from the large base, with the same budget; evaluated like every run. {condition: pretext task}
+FIGURE5_CONDITIONS = {f"ssl_{task}": task for task in SSL_TASKS}
+FULL_CONDITIONS = (SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS) + tuple(FIGURE6_CONDITIONS)
+                   + tuple(FIGURE5_CONDITIONS))
 
 @dataclass(frozen=True)
 class ExperimentConfig:
@@ -132,6 +137,7 @@ CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES["consistency_marker_swap"] | d
                         for name, (task, pairing) in FIGURE8_CONDITIONS.items()}
 CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES[f"accuracy_noise{p:g}"] | dict(task=task, start="base")
                         for name, (task, p) in FIGURE6_CONDITIONS.items()}
+CONDITION_OVERRIDES |= {name: dict(reward=task, start="base") for name, task in FIGURE5_CONDITIONS.items()}   # task: joint
 def _no_ability_model(config) -> str:
     from consistency_amp.training.spatial_bases import NO_ABILITY_BASE   # (imported late: the module loads torch)
     return NO_ABILITY_BASE
