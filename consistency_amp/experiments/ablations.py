@@ -331,6 +331,10 @@ def ablation_summary(science_csv) -> str:
     if noise: parts.append("the accuracy reward with a fraction p of its labels flipped stops beating consistency at "
                            + " and ".join(noise) + f" (paper, jointly: {PAPER_CROSSOVER})"
                            + (": consistency already matches the clean accuracy reward" if all(r.value == 0 for r in crossings) else ""))
+    ssl = [f"{_pp(r.value)} pp [{_pp(r.low)}, {_pp(r.high)}] on {task}" for task in ABLATION_TASKS
+           if (r := rows.get(f"ssl_best_minus_consistency_{task}")) is not None and not pd.isna(r.value)]
+    if ssl: parts.append("the best self-supervised baseline trained here as a reward scores " + " and ".join(ssl)
+                         + " against consistency (paper, jointly, released checkpoints: -3.6)")
     if not parts: return ""
     return (f"Trained one task at a time (large base{f', {max(seeds)} seeds, paired' if seeds else ''}), "
             + "; ".join(parts) + ".")

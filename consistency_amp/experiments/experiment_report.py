@@ -108,6 +108,8 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
     paths += report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4 and the sampled answers, where run
     from consistency_amp.experiments.ablations import report_ablations   # (late: it imports the experiment module)
     paths += report_ablations(config, runs_dir, out, resamples)        # Figure 8 per task and its science rows, where run
+    from consistency_amp.experiments.ssl_baselines import report_figure5   # (late: it imports the experiment module)
+    paths += report_figure5(config, runs_dir, out, resamples)          # Figure 5, controlled, where its runs finished
     if (sampled := out / "science_sampled.csv") in paths:   # the table's reading in one paragraph, as the README gives it
         per_task = out / "science_per_task.csv"                # only if this report wrote it: not a stored --full one
         summary = miniature_summary(out / "science.csv", sampled, per_task if per_task in paths else None)
