@@ -256,3 +256,28 @@ def test_a_full_disk_names_the_file_keeps_what_was_written_and_resumes_exactly(r
     assert [r["step"] for r in read_jsonl(run / "train_log.jsonl")[0]] == [1, 2]   # what was written is intact
     assert read_json(run / "status.json")["state"] == "failed" and read_run(run).resume_step == 2
     assert_resumes_exactly(runs, "disk_full", uninterrupted)
+
+
+LAUNCHER = """
+import sys, consistency_amp.experiments.experiment as E
+out = sys.argv[1]
+job = ("import os, signal, sys, time, pathlib; pathlib.Path(sys.argv[1], str(os.getpid())).write_text('started'); "
+       "signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path(sys.argv[1], str(os.getpid())).write_text('stopped'), sys.exit(143))); "
+       "time.sleep(120)")
+E._job_command = lambda config, condition, seed, runs_dir: [sys.executable, "-c", job, out]
+E.launch(E.ExperimentConfig(conditions=("accuracy",), seeds=(0, 1, 2)), out, workers=1)
+"""
+
+
+def test_the_experiment_launcher_stops_its_jobs_and_starts_no_more_on_sigterm(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], env=environment(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not [p for p in tmp_path.iterdir() if p.name.isdigit()] and time.monotonic() < deadline: time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc, timeout=120)
+    assert code == 143, err[-3000:]
+    jobs = [p.read_text() for p in tmp_path.iterdir() if p.name.isdigit()]
+    assert jobs == ["stopped"]                        # the running job was asked to stop; the two queued never started
+    assert "stopped by SIGTERM; every interrupted run keeps its checkpoint: run the same command again" in err
+    assert "Traceback" not in err

@@ -10,6 +10,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -265,16 +266,20 @@ def _job_command(config: ExperimentConfig, condition: str, seed: int, runs_dir) 
             "--runs-dir", os.fspath(runs_dir), "--job", f"{condition}:{seed}"]
 
 def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tuple[str, int]]:
-    "Run the missing jobs, `workers` at a time (one thread each); the jobs run. Raises naming the log of a failed one."
+    "Run the missing jobs, `workers` at a time (one thread each); the jobs run. Raises naming the log of a failed one. On SIGTERM, SIGINT or SIGUSR1 it starts no more jobs, asks the running ones to stop (each saves a checkpoint) and exits with 128 + the signal."
     from tqdm.auto import tqdm
+    from consistency_amp.training.run_callback import StopRequest
     folder = experiment_dir(config, runs_dir); logs = folder / "logs"; logs.mkdir(parents=True, exist_ok=True)
     todo = missing_jobs(config, runs_dir)
     if not todo: return []
     # trained jobs first, the shorter evaluate-only ones (the base) last: they fill the core the last training leaves idle
     queue, running, failed = sorted(todo, key=lambda job: job[0] in EVALUATED_ONLY), {}, []
     env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    with tqdm(total=len(todo), desc=f"experiment-{config.digest}", unit="job") as bar:
+    with StopRequest() as stop, tqdm(total=len(todo), desc=f"experiment-{config.digest}", unit="job") as bar:
         while queue or running:
+            if stop.signum is not None and queue:   # no new job; the running ones are asked once (SIGTERM: a job that
+                queue.clear()                         # already got the terminal's Ctrl-C takes it as a no-op)
+                for proc, _, _ in running.values(): proc.send_signal(signal.SIGTERM)
             while queue and len(running) < workers:
                 job = queue.pop(0); log = logs / f"{run_name_of(*job)}.log"
                 with open(log, "a") as f:
@@ -282,9 +287,14 @@ def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tu
             for job, (proc, log, start) in list(running.items()):
                 if proc.poll() is None: continue
                 del running[job]; bar.update(1)
-                bar.write(f"{run_name_of(*job)}: {'done' if proc.returncode == 0 else 'FAILED'} in {time.time() - start:.0f} s (log {log})")
-                if proc.returncode: failed.append(log)
+                word = "done" if proc.returncode == 0 else "stopped" if stop.signum is not None else "FAILED"
+                bar.write(f"{run_name_of(*job)}: {word} in {time.time() - start:.0f} s (log {log})")
+                if proc.returncode and stop.signum is None: failed.append(log)
             time.sleep(0.5)
+    if stop.signum is not None:
+        print(f"experiment-{config.digest}: stopped by {signal.Signals(stop.signum).name}; every interrupted run keeps its "
+              "checkpoint: run the same command again to resume", file=sys.stderr)
+        raise SystemExit(128 + stop.signum)
     if failed: raise RuntimeError(f"{len(failed)} experiment job(s) failed; see {', '.join(map(str, failed))}")
     return todo
 
