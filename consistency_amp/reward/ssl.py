@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from ..core import check_choice
-from .verifiers import _column, _per_row, extract_answer
+from .verifiers import _check_text, _column, _per_row, extract_answer
 
 # %% ../../nbs/05_ssl_rewards.ipynb #393a6bf8
 SSL4RL_TASKS = ("ssl4rl_rotation", "ssl4rl_jigsaw", "ssl4rl_contrastive", "ssl4rl_position")
@@ -42,9 +42,6 @@ def check_ssl_task(task) -> str: return check_choice("SSL task", task, SSL_TASKS
 # %% ../../nbs/05_ssl_rewards.ipynb #fe145658
 _FINAL = r"[.!]*\s*"
 _ANGLE = re.compile(rf"\s*([0-9]+)\s*(?:°|degrees?)?{_FINAL}", re.IGNORECASE)
-
-def _check_text(text) -> None:
-    if not isinstance(text, str): raise TypeError(f"answer text must be a str; got {type(text).__name__}")
 
 def parse_rotation(text: str) -> int | None:
     "The rotation angle (0, 90, 180 or 270) in an answer block's content; None for anything else."
