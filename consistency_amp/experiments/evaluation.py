@@ -219,7 +219,7 @@ def _check_adapter(adapter, model=None) -> None:
     if not (folder / "adapter_config.json").is_file() and not (folder / "adapter_model.safetensors").is_file():
         raise ValueError(f"adapter {os.fspath(adapter)!r} is not an adapter folder: it has no adapter_config.json")
     if callable(getattr(model, "complete", None)): return   # a completer takes no adapter: `_completer` says so
-    from consistency_amp.training.models import check_adapter   # (imported on first use, like _load_model)
+    from consistency_amp.training.adapter_files import check_adapter   # (imported on first use, like _load_model)
     check_adapter(folder)
 
 def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device):

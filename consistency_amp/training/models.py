@@ -10,7 +10,7 @@ __all__ = ['LORA_R', 'LORA_ALPHA', 'LORA_DROPOUT', 'LORA_TARGET_NAMES', 'LANGUAG
            'Qwen2_5_VLImageOnlyProcessor', 'tiny_qwen2_5_vl_config', 'tiny_qwen2_5_vl_processor',
            'build_tiny_qwen2_5_vl', 'tiny_model_key', 'tiny_model_path', 'resolve_model_path', 'resolve_device',
            'resolve_dtype', 'vision_tower_names', 'freeze_vision_tower', 'lora_module_names', 'check_lora_placement',
-           'count_parameters', 'load_processor', 'check_adapter', 'load_adapter', 'save_adapter', 'load_model']
+           'count_parameters', 'load_processor', 'load_adapter', 'save_adapter', 'load_model']
 
 # %% ../../nbs/20_models.ipynb #7513fae5
 import hashlib
@@ -25,9 +25,6 @@ import tokenizers
 import torch
 import transformers
 from peft import LoraConfig, PeftModel, get_peft_model
-from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
-from peft.utils import CONFIG_NAME as ADAPTER_CONFIG_FILE, SAFETENSORS_WEIGHTS_NAME as ADAPTER_WEIGHTS_FILE, WEIGHTS_NAME
-from safetensors import SafetensorError, safe_open
 from peft.tuners.lora import LoraLayer
 from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, trainers
 from tokenizers import models as bpe_models
@@ -42,6 +39,8 @@ from ..files import build_once, cache_dir as default_cache_dir
 from ..world.prompts import MARKER_COLORS, MARKER_PHRASES
 from ..world.tasks import RELATION_PHRASES, TEMPLATES, plural
 from ..reward.verifiers import SYSTEM_PROMPT
+from .adapter_files import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, _check_positive, check_adapter   # models.check_adapter stays importable
+
 
 # %% ../../nbs/20_models.ipynb #d1f03ea2
 LORA_R, LORA_ALPHA = 32, 64  # Section 5.1
@@ -59,10 +58,6 @@ def language_lora_regex(target_names=LORA_TARGET_NAMES, language_model_names=LAN
 LANGUAGE_LORA_TARGETS = language_lora_regex()
 
 # %% ../../nbs/20_models.ipynb #017e9625
-def _check_positive(name: str, value, kind=(int, float)) -> None:
-    if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive {'integer' if kind is int else 'number'}, got {value!r}")
-
 def lora_config(r: int = LORA_R, alpha: float = LORA_ALPHA, dropout: float = LORA_DROPOUT,
                 target_modules: str | list[str] = LANGUAGE_LORA_TARGETS) -> LoraConfig:
     "The paper's LoRA (r=32, alpha=64 on the language model's attention and MLP projections) as a peft `LoraConfig`."
@@ -313,59 +308,6 @@ def load_processor(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, trust_rem
                          f"{type(processor).__name__}); load_model needs a vision-language model")
     processor.tokenizer.padding_side = padding_side
     return processor
-
-# %% ../../nbs/20_models.ipynb #a065c7b7
-def _adapter_config(adapter_dir: Path):
-    "The peft config saved in `adapter_dir` (peft's own reader), or None and what is wrong with the file."
-    path = adapter_dir / ADAPTER_CONFIG_FILE
-    if not path.is_file(): return None, f"{path} is missing"
-    try: raw = json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError) as e: return None, f"{path} is not valid JSON ({e}), damaged or cut short"
-    if not isinstance(raw, dict) or raw.get("peft_type") not in PEFT_TYPE_TO_CONFIG_MAPPING:
-        return None, f"{path} is not a peft adapter config (no known 'peft_type')"
-    try:
-        config = PEFT_TYPE_TO_CONFIG_MAPPING[raw["peft_type"]].from_pretrained(str(adapter_dir))
-        if isinstance(config, LoraConfig):   # peft checks these only while changing the model, with a bare TypeError
-            _check_positive("r", config.r, int); _check_positive("lora_alpha", config.lora_alpha)
-    except Exception as e: return None, f"{path} holds an invalid adapter config ({e})"
-    return config, None
-
-def _weights_problem(adapter_dir: Path) -> str | None:
-    "What is wrong with the adapter's weights file, or None; every tensor is read, as loading would."
-    path = adapter_dir / ADAPTER_WEIGHTS_FILE
-    if not path.is_file():
-        return None if (adapter_dir / WEIGHTS_NAME).is_file() else f"{path} is missing"   # a .bin adapter: peft reads it
-    try:
-        with safe_open(str(path), "pt") as f:
-            keys = list(f.keys())
-            bad = [k for k in keys if not torch.isfinite(f.get_tensor(k)).all()]   # random bytes in the data read as NaN/inf
-    except (SafetensorError, OSError) as e: return f"{path} is not a readable safetensors file ({e}), damaged or cut short"
-    if not keys: return f"{path} holds no weights"
-    if bad: return f"{path} holds non-finite weights ({bad[0]}{' ...' if len(bad) > 1 else ''}): damaged, or saved from a diverged training"
-    return None
-
-# %% ../../nbs/20_models.ipynb #c4d9e2a0
-def _adapter_way_out(adapter_dir: Path) -> str:
-    "How to replace a damaged adapter: each checkpoint of a training run holds the same two files, saved by peft."
-    from consistency_amp.training.runs import CHECKPOINTS_DIR, checkpoint_step, checkpoints   # same layer; only on this error path
-    run_dir = adapter_dir.parent.parent if adapter_dir.parent.name == CHECKPOINTS_DIR else adapter_dir.parent
-    if not (run_dir / CHECKPOINTS_DIR).is_dir(): return "save the adapter again (save_adapter), or retrain it"
-    here = adapter_dir.resolve()
-    intact = next((c for c in reversed(checkpoints(run_dir)) if c.resolve() != here and _adapter_config(c)[0] is not None
-                   and _weights_problem(c) is None), None)
-    if intact is None: return f"no checkpoint of {run_dir} holds an intact adapter: retrain the run (--overwrite)"
-    return (f"copy {ADAPTER_WEIGHTS_FILE} and {ADAPTER_CONFIG_FILE} from the newest intact checkpoint, {intact} (step "
-            f"{checkpoint_step(intact)}), into {adapter_dir}; or resume the run (--resume: it saves the adapter again at "
-            f"the end), or retrain it (--overwrite)")
-
-def check_adapter(adapter_dir: str | os.PathLike):
-    "The peft config of the adapter in `adapter_dir` once both its files are checked; a damaged or missing file is a ValueError naming it and the way out."
-    adapter_dir = Path(adapter_dir)
-    if not adapter_dir.is_dir(): raise ValueError(f"adapter directory {str(adapter_dir)!r} does not exist")
-    config, problem = _adapter_config(adapter_dir)
-    problem = problem or _weights_problem(adapter_dir)
-    if problem: raise ValueError(f"cannot load the adapter: {problem}; {_adapter_way_out(adapter_dir)}")
-    return config
 
 # %% ../../nbs/20_models.ipynb #7e1b5f3d
 def load_adapter(model, adapter_dir: str | os.PathLike, *, is_trainable: bool = False) -> PeftModel:
