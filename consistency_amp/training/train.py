@@ -10,8 +10,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
-import uuid
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
@@ -20,8 +18,9 @@ from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, 
                                   TINY_MODEL, check_choice, check_int)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
 from .run_lock import release_run_lock
-from .runs import (ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, checkpoint_step, CHECKPOINTS_DIR,
+from .runs import (check_run_name, checkpoint_step, CHECKPOINTS_DIR,
                                            create_run, last_checkpoint, PARAM_KEYS, resolve_path, run_path, write_status)
+from .model_card import save_final_adapter   # (train.save_final_adapter stays importable)
 from .run_callback import run_callback, StopRequest
 from .runs import run_name as default_run_name
 from ..reward.ssl import SSL_TASKS
@@ -32,8 +31,8 @@ _logger = logging.getLogger(__name__)
 # %% auto #0
 __all__ = ['TRAIN_TASKS', 'TRAIN_REWARDS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'SET_BY_PARAMS',
            'FLAG_PARAMS', 'report_integrations', 'model_size', 'load_kwargs', 'TrainParams', 'as_params', 'world_size',
-           'start_run', 'train_examples', 'trainer_config', 'save_final_adapter', 'load_for_training', 'cpu_threads',
-           'train_run', 'run_training']
+           'start_run', 'train_examples', 'trainer_config', 'load_for_training', 'cpu_threads', 'train_run',
+           'run_training']
 
 # %% ../../nbs/23_train_entry.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -286,31 +285,6 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
         paired = ("reward", "pairing", "label_noise", "pairs_per_device")
         return ssl_config({k: v for k, v in settings.items() if k not in paired} | (params.trainer_args or {}), params.pairs_per_device)
     return OTGRPOConfig(**(settings | (params.trainer_args or {})))
-
-# %% ../../nbs/23_train_entry.ipynb #3738326b
-def save_final_adapter(trainer, run_dir: str | os.PathLike, model: str | None = None) -> Path | None:
-    "Save the trained adapter with `trainer.save_model` (LoRA weights, processor; gathered under ZeRO-3) into `run_dir`/adapter, atomically, with its base model `model` recorded and a model card; the folder on the main process."
-    from consistency_amp.training.model_card import portable_base, push_adapter, write_model_card
-    main = trainer.accelerator.is_main_process
-    final, staging = Path(run_dir) / ADAPTER_DIR, Path(run_dir) / ".adapter.partial"   # the same path on every process
-    if main and staging.exists(): shutil.rmtree(staging)
-    trainer.accelerator.wait_for_everyone()
-    trainer.save_model(str(staging), _internal_call=True)   # every process (a collective under ZeRO-3); no push of checkpoints
-    if not main: return None
-    try:
-        if model is not None: portable_base(staging, model)
-        if final.exists():
-            old = final.parent / f".adapter.old-{uuid.uuid4().hex[:8]}"
-            final.rename(old); shutil.rmtree(old, ignore_errors=True)
-        staging.rename(final)
-    finally:
-        if staging.exists(): shutil.rmtree(staging, ignore_errors=True)
-    if not (final / ADAPTER_WEIGHTS).is_file(): raise RuntimeError(f"{final} has no {ADAPTER_WEIGHTS} after saving")
-    write_model_card(run_dir)
-    if trainer.args.push_to_hub:                  # --push_to_hub true [--hub_model_id user/name]: the adapter folder
-        push_adapter(final, trainer.args.hub_model_id or Path(run_dir).name, trainer.args.hub_token,
-                     trainer.args.hub_private_repo)
-    return final
 
 # %% ../../nbs/23_train_entry.ipynb #f352ef9f
 def load_for_training(params: TrainParams, config):
