@@ -18,11 +18,15 @@ from .geometry import (as_array, box_center, box_corners, box_depth, box_volume,
                                       truncate_box, truncation_fraction)
 from .geometry import behind_camera as corners_behind_camera
 
+from .omni3d_fields import (MAX_ABS_VALUE, Omni3DFormatError, _FieldError, _arr, _flag, _has_bool,
+                                                 _int, _need, _optional_box, _optional_number, _str)   # omni3d.Omni3DFormatError stays importable
+
 _logger = logging.getLogger(__name__)
 
+
 # %% auto #0
-__all__ = ['MAX_ABS_VALUE', 'OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Omni3DFormatError', 'Skipped', 'LoadReport',
-           'Scenes', 'load_omni3d', 'omni3d_json_path', 'load_omni3d_root']
+__all__ = ['OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Skipped', 'LoadReport', 'Scenes', 'load_omni3d',
+           'omni3d_json_path', 'load_omni3d_root']
 
 # %% ../../nbs/11_omni3d.ipynb #c2fdee4f
 def _same(a, b) -> bool:
@@ -121,70 +125,6 @@ class Scene:
     def __repr__(self):
         return (f"Scene(image_id={self.image_id}, {self.source} {self.split}, {self.width}x{self.height}, "
                 f"{len(self.objects)} objects, file_path={self.file_path!r})")
-
-# %% ../../nbs/11_omni3d.ipynb #f9c84c14
-class Omni3DFormatError(ValueError):
-    "Bad content in an Omni3D file; `path`, `kind` ('image'/'annotation'/'category'/'file'), `record_id` and `field` say where."
-    def __init__(self, message: str, path=None, kind=None, record_id=None, field=None):
-        super().__init__(message)
-        self.path, self.kind, self.record_id, self.field = path, kind, record_id, field
-
-class _FieldError(ValueError):
-    def __init__(self, field: str, problem: str):
-        super().__init__(f"field '{field}': {problem}")
-        self.field, self.problem = field, problem
-
-def _need(rec, key):
-    if not isinstance(rec, dict): raise _FieldError("<record>", f"expected a JSON object, got {type(rec).__name__}")
-    if key not in rec: raise _FieldError(key, "missing key")
-    return rec[key]
-
-def _int(rec, key, positive=False) -> int:
-    v = _need(rec, key)
-    if isinstance(v, bool) or not isinstance(v, int): raise _FieldError(key, f"expected an integer, got {v!r}")
-    if positive and v <= 0: raise _FieldError(key, f"must be positive, got {v}")
-    return v
-
-def _str(rec, key) -> str:
-    v = _need(rec, key)
-    if not isinstance(v, str) or not v: raise _FieldError(key, f"expected a non-empty string, got {v!r}")
-    return v
-
-MAX_ABS_VALUE = 1e6   # metres or pixels: anything larger is a corrupt record, and would overflow products later
-
-def _has_bool(v) -> bool: return isinstance(v, bool) or (isinstance(v, (list, tuple)) and any(_has_bool(x) for x in v))
-
-def _arr(rec, key, shape) -> np.ndarray:
-    v = _need(rec, key)
-    if _has_bool(v): raise _FieldError(key, f"expected numbers, got a boolean in {v!r}")   # JSON true would read as 1.0
-    try: arr = as_array(v, shape, key)
-    except ValueError as e: raise _FieldError(key, str(e).removeprefix(f"{key}: ")) from None
-    if np.abs(arr).max(initial=0) > MAX_ABS_VALUE:
-        raise _FieldError(key, f"a value of magnitude {np.abs(arr).max():.3g} (> {MAX_ABS_VALUE:g}) is not a plausible coordinate")
-    return arr
-
-def _flag(rec, key, default=None) -> bool | None:
-    if default is not None and key not in rec: return default
-    v = _need(rec, key)
-    if isinstance(v, (bool, int, float)) and v in (0, 1): return bool(v)
-    raise _FieldError(key, f"expected true or false, got {v!r}")
-
-def _optional_number(rec, key, kind=float, lo=None, hi=None):
-    v = rec.get(key, -1)
-    if v is None or (not isinstance(v, bool) and isinstance(v, (int, float)) and v == -1): return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise _FieldError(key, f"expected a finite number or -1, got {v!r}")
-    if kind is int and not float(v).is_integer(): raise _FieldError(key, f"expected an integer, got {v!r}")
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise _FieldError(key, f"{v!r} is outside [{lo}, {hi}]")
-    return kind(v)
-
-def _optional_box(rec, key) -> np.ndarray | None:
-    if key not in rec: return None
-    box = _arr(rec, key, (4,))
-    if np.all(box == -1): return None
-    if box[2] < box[0] or box[3] < box[1]: raise _FieldError(key, f"x2 < x1 or y2 < y1 in {box.tolist()}")
-    return box
 
 # %% ../../nbs/11_omni3d.ipynb #4c64da37
 def _parse_image(rec, image_root: Path, source: str, split: str, check_images: bool) -> Scene:
