@@ -267,7 +267,7 @@ def timed_trainer_class():
     return TimedOTGRPOTrainer, StepClock, timed_pairing
 
 
-def profile_callback(trainer, model, device, step: int, top: int, trace, say, clock):
+def profile_callback(trainer, model, device, step: int, top: int, trace, say, clock, with_stack: bool = True):
     """A callback that records optimizer step `step` (0-based) with torch.profiler, then prints and keeps its tables;
     `clock` (the StepClock) restarts after the tables are made, so their cost is in no step's time."""
     import sys
@@ -285,7 +285,7 @@ def profile_callback(trainer, model, device, step: int, top: int, trace, say, cl
             if state.global_step != step: return
             step_profile.label_optimizer(trainer.optimizer)
             self.handles = step_profile.label_modules(model)
-            self.context = step_profile.profiled(device)
+            self.context = step_profile.profiled(device, with_stack)
             self.prof = self.context.__enter__(); self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
@@ -376,6 +376,9 @@ def parse_args(argv=None):
                     help="record one extra step after the warm-up (excluded from the timings) with torch.profiler and "
                          "print its regions, top operators and top Python frames by self time (step_profile.py)")
     ap.add_argument("--profile-top", type=int, default=15, help="rows of the operator and Python-frame tables")
+    ap.add_argument("--profile-no-stack", action="store_true",
+                    help="with --profile: record no Python stacks (no Python-frame table); needed for a 7B step on a "
+                         "GPU, whose stacks take longer to tabulate than the step")
     ap.add_argument("--profile-trace", type=Path, default=None,
                     help="with --profile: also write the profiled step's Chrome trace here (open in Perfetto)")
     ap.add_argument("--seed", type=int, default=0)
@@ -460,7 +463,7 @@ def run(args) -> dict:
         profiler = None
         if args.profile:
             profiler = profile_callback(trainer, model, device, args.warmup, args.profile_top, args.profile_trace,
-                                        say, clock)
+                                        say, clock, with_stack=not args.profile_no_stack)
             trainer.add_callback(profiler)
         say(f"{args.model or args.arch}: {counts['total']:,} parameters ({counts['lora_trainable'] / 1e6:.1f}M LoRA "
             f"trainable), built in {build_s:.1f} s on {device} ({dtype}); {world_size()} process(es), per device "

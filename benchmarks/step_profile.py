@@ -27,6 +27,7 @@ PYTHON_FRAME = re.compile(r"^.+\.py\(\d+\): .+$")   # how the profiler names a P
 # wait as self time: kept out of the tables, their total reported on its own.
 IDLE = re.compile(r"^(threading\.py\(\d+\): wait|<built-in method acquire of _thread\.lock object.*)$")
 REGION = "region: "
+NOT_KERNELS = ("Command Buffer Full",)   # device-side profiler events that are no kernel's time
 # Regions in the order they are printed; the module regions are matched by the attribute name of the module.
 PHASES = ("generate", "rewards", "log-probs, no grad (old/ref policy)", "log-probs, loss forward", "backward",
           "optimizer step")
@@ -78,10 +79,12 @@ def label_modules(model) -> list:
 
 
 @contextmanager
-def profiled(device: torch.device):
-    "A `torch.profiler.profile` of CPU (and CUDA on a GPU) with Python stacks; yields the profiler."
+def profiled(device: torch.device, with_stack: bool = True):
+    """A `torch.profiler.profile` of CPU (and CUDA on a GPU), with Python stacks unless `with_stack` is False (a GPU
+    step of the 7B model at the paper's load records so many events with stacks that making the tables takes longer
+    than the step; measured 2026-11-25); yields the profiler."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities, with_stack=True, record_shapes=False) as prof:
+    with profile(activities=activities, with_stack=with_stack, record_shapes=False) as prof:
         yield prof
     if device.type == "cuda": torch.cuda.synchronize(device)
 
@@ -95,8 +98,9 @@ def profile_tables(prof, wall_s: float, top: int = 15) -> dict:
     cuda = any(e.device_type == torch.autograd.DeviceType.CUDA for e in events) or any(
         e.self_device_time_total > 0 for e in events)
     regions = defaultdict(lambda: dict(calls=0, wall_ms=0.0, device_ms=0.0))
-    for e in events:
-        if e.name.startswith(REGION):
+    for e in events:   # CPU-side ranges only: on a GPU each range also appears as a GPU annotation of the same name,
+        # which counted every region twice (calls 2, wall ms about doubled) in the first H100 profile (2026-11-25)
+        if e.name.startswith(REGION) and e.device_type == torch.autograd.DeviceType.CPU:
             r = regions[e.name.removeprefix(REGION)]
             r["calls"] += 1; r["wall_ms"] += _ms(e.time_range.elapsed_us()); r["device_ms"] += _ms(e.device_time_total)
     averages = prof.key_averages()
@@ -111,10 +115,14 @@ def profile_tables(prof, wall_s: float, top: int = 15) -> dict:
         (frames if PYTHON_FRAME.match(a.key) else operators).append(row)
     operators.sort(key=lambda r: -r["self_device_ms" if cuda else "self_cpu_ms"])
     frames.sort(key=lambda r: -r["self_cpu_ms"])
-    device_total = sum(a.self_device_time_total for a in averages if not a.key.startswith(REGION))
+    # GPU busy time: the device-side events themselves (kernels, copies), not the averages, whose rows hold both an
+    # operator's self device time and its kernels' (summing them counted each kernel twice in the first H100 profile,
+    # 2026-11-25); "Command Buffer Full" is the CUDA runtime blocking the launching thread, not a kernel
+    device_total = sum(e.time_range.elapsed_us() for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+                       and not e.name.startswith(REGION) and e.name not in NOT_KERNELS)
     launches = sum(a.count for a in averages if a.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
     order = [p for p in PHASES if p in regions] + [m for m in MODULES if m in regions]
-    return dict(wall_s=wall_s, device="cuda" if cuda else "cpu", sorted_by=self_key,
+    return dict(wall_s=wall_s, device="cuda" if cuda else "cpu", sorted_by=self_key, with_stack=bool(frames),
                 device_kernel_ms=_ms(device_total), kernel_launches=launches,
                 operator_self_cpu_ms=sum(r["self_cpu_ms"] for r in operators),
                 python_self_cpu_ms=sum(r["self_cpu_ms"] for r in frames), idle_wait_ms=idle_ms,
@@ -124,7 +132,8 @@ def profile_tables(prof, wall_s: float, top: int = 15) -> dict:
 def format_tables(t: dict) -> str:
     "The profile as text: a summary line, then the regions, operators and Python frames tables."
     gpu = t["device"] == "cuda"
-    lines = [f"profiled step: {t['wall_s']:.2f} s wall under the profiler (Python stacks on: slower than unprofiled); "
+    stacks = "on" if t.get("with_stack", True) else "off"
+    lines = [f"profiled step: {t['wall_s']:.2f} s wall under the profiler (Python stacks {stacks}: slower than unprofiled); "
              f"self CPU time in operators {t['operator_self_cpu_ms'] / 1e3:.2f} s, in Python frames "
              f"{t['python_self_cpu_ms'] / 1e3:.2f} s (threads waiting on locks: {t['idle_wait_ms'] / 1e3:.2f} s, "
              "left out)"

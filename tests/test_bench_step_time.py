@@ -152,3 +152,26 @@ def test_gpu_3b_runs(tmp_path):
     _, result = run_bench(tmp_path, "--arch", "3B", "--steps", "1", "--warmup", "1", "--completion-length", "32",
                           timeout=1800)
     assert result["dtype"] == "bfloat16" and result["completion_lengths_seen"] == [32, 32]
+
+
+def test_profile_tables_count_gpu_regions_and_kernels_once():
+    """On a GPU each `record_function` range appears twice (CPU range, GPU annotation) and the averages hold both an
+    operator's self device time and its kernels': the first H100 profile (2026-11-25) counted both. Stand-in events."""
+    import torch
+    from types import SimpleNamespace as NS
+    sys.path.insert(0, str(SCRIPT.parent))
+    import step_profile
+    CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    def event(name, device_type, us, device_us=0.0):
+        return NS(name=name, device_type=device_type, device_time_total=device_us, self_device_time_total=device_us,
+                  time_range=NS(elapsed_us=lambda: us))
+    events = [event("region: generate", CPU, 1000, device_us=600), event("region: generate", CUDA, 900),
+              event("aten::mm", CPU, 50, device_us=400), event("gemm_kernel", CUDA, 400, device_us=400),
+              event("Command Buffer Full", CUDA, 300, device_us=300)]
+    averages = [NS(key=e.name, count=1, self_cpu_time_total=e.time_range.elapsed_us() if e.device_type == CPU else 0,
+                   self_device_time_total=e.self_device_time_total) for e in events]
+    prof = NS(events=lambda: events, key_averages=lambda: averages)
+    t = step_profile.profile_tables(prof, wall_s=0.002, top=5)
+    assert t["regions"]["generate"] == dict(calls=1, wall_ms=1.0, device_ms=0.6)
+    assert t["device"] == "cuda" and t["device_kernel_ms"] == 0.4   # the kernel once; the runtime's queue wait is none
+    assert t["with_stack"] is False and "Python stacks off" in step_profile.format_tables(t)
