@@ -32,10 +32,10 @@ _logger = logging.getLogger(__name__)
 # %% auto #0
 __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS',
            'ABLATION_TASKS', 'FIGURE8_CONDITIONS', 'FIGURE8_SEEDS', 'FIGURE6_CONDITIONS', 'FIGURE5_CONDITIONS',
-           'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME',
-           'SAMPLED_CONDITIONS', 'ExperimentConfig', 'world_config', 'run_name_of', 'train_params', 'experiment_dir',
-           'eval_file', 'eval_examples', 'eval_names', 'run_job', 'seeds_of', 'jobs', 'missing_jobs', 'launch',
-           'outcomes', 'argument_parser', 'main']
+           'SSL_COMPLETION_LENGTH', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME',
+           'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS', 'ExperimentConfig', 'world_config', 'run_name_of',
+           'train_params', 'experiment_dir', 'eval_file', 'eval_examples', 'eval_names', 'run_job', 'seeds_of', 'jobs',
+           'missing_jobs', 'launch', 'outcomes', 'argument_parser', 'main']
 
 # %% ../../nbs/46_experiment.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
@@ -66,10 +66,13 @@ FIGURE8_SEEDS = 5   # the paper's margins are 1-2 pp: the power estimate in nbs/
 # Figure 6: the accuracy reward with a fraction p of the training labels flipped, against consistency (marker swap).
 FIGURE6_CONDITIONS = {f"{task}_accuracy_noise{p:g}": (task, p) for task in ABLATION_TASKS for p in NOISE_LEVELS}
 # Figure 5, controlled: each self-supervised baseline's pretext task (nbs/18_ssl_tasks) trained as a reward on the same
-# training images, from the large base, with the same budget; evaluated like every run. {condition: pretext task}
+# training images, with the same budget, from the large base warmed up on the pretext answer layouts with random
+# answers (`training.pretext_base`: the base itself never writes a pretext answer, so its pretext reward is always 0);
+# evaluated like every run, and so is the warmed base ("pretext_base"). {condition: pretext task}
 FIGURE5_CONDITIONS = {f"ssl_{task}": task for task in SSL_TASKS}
+SSL_COMPLETION_LENGTH = 32   # new tokens of a pretext completion: a 3x3 jigsaw answer in the layout takes 29
 FULL_CONDITIONS = (SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS) + tuple(FIGURE6_CONDITIONS)
-                   + tuple(FIGURE5_CONDITIONS))
+                   + ("pretext_base",) + tuple(FIGURE5_CONDITIONS))
 
 @dataclass(frozen=True)
 class ExperimentConfig:
@@ -138,7 +141,8 @@ CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES["consistency_marker_swap"] | d
                         for name, (task, pairing) in FIGURE8_CONDITIONS.items()}
 CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES[f"accuracy_noise{p:g}"] | dict(task=task, start="base")
                         for name, (task, p) in FIGURE6_CONDITIONS.items()}
-CONDITION_OVERRIDES |= {name: dict(reward=task, start="base") for name, task in FIGURE5_CONDITIONS.items()}   # task: joint
+CONDITION_OVERRIDES |= {name: dict(reward=task, start="pretext_base", max_completion_length=SSL_COMPLETION_LENGTH)
+                        for name, task in FIGURE5_CONDITIONS.items()}   # task: joint (the pretext images)
 def _no_ability_model(config) -> str:
     from consistency_amp.training.spatial_bases import NO_ABILITY_BASE   # (imported late: the module loads torch)
     return NO_ABILITY_BASE
@@ -149,7 +153,12 @@ def _small_model(config) -> str:
 
 # the conditions that evaluate a model as it is, and that model; a trained condition starts from the model of one
 # of them (its `start`, by default "base")
-EVALUATED_ONLY = {"base": lambda config: config.model, "no_ability_base": _no_ability_model, "base_small": _small_model}
+def _pretext_model(config) -> str:
+    from consistency_amp.training.pretext_base import pretext_base_path   # built on first use (about 2 minutes)
+    return str(pretext_base_path(config.model))
+
+EVALUATED_ONLY = {"base": lambda config: config.model, "no_ability_base": _no_ability_model, "base_small": _small_model,
+                  "pretext_base": _pretext_model}
 assert set(CONDITION_OVERRIDES) | set(EVALUATED_ONLY) == set(FULL_CONDITIONS) and set(SCIENCE_CONDITIONS) <= set(CONDITIONS)
 
 def run_name_of(condition: str, seed: int) -> str:

@@ -30,6 +30,7 @@ def _accuracy(by_seed: dict, columns: list[int], resamples: int) -> dict:
 def figure5_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 2000) -> list[dict]:
     "Per ablation task: the base's, consistency's (marker swap, trained on the task) and each baseline's accuracy on it; the best baseline minus consistency over their shared seeds."
     base = seed_outcomes(config, "base", runs_dir)
+    warmed = seed_outcomes(config, "pretext_base", runs_dir)   # where the baselines start (training.pretext_base)
     rows = []
     for task in ABLATION_TASKS:
         consistency = seed_outcomes(config, f"{task}_consistency_marker_swap", runs_dir)
@@ -45,6 +46,7 @@ def figure5_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 2000)
         stack = lambda d: np.stack([d[s][0][own] for s in common])
         gap = paired_difference(stack(ssl[best]), stack(consistency), resamples)
         rows.append(dict(task=task, n=len(own), base=float(base[0][0][own].mean()), methods=methods, best=best,
+                         pretext_base=float(warmed[0][0][own].mean()) if warmed else None,
                          best_minus=gap[0], best_minus_low=gap[1], best_minus_high=gap[2], paired_seeds=len(common)))
     return rows
 
@@ -77,7 +79,9 @@ def plot_figure5(rows: list[dict], title: str = "Figure 5, controlled, in miniat
             m = r["methods"][name]
             colour = "tab:red" if name == "consistency" else FAMILY_COLOURS[SSL_FAMILY[FIGURE5_CONDITIONS[name]]]
             ax.errorbar(i, m["accuracy"], [[m["accuracy"] - m["low"]], [m["high"] - m["accuracy"]]], fmt="o", color=colour, capsize=3)
-        ax.axhline(r["base"], color="0.5", ls=":", label="base")
+        ax.axhline(r["base"], color="0.5", ls=":", label="base (consistency starts here)")
+        if r.get("pretext_base") is not None:
+            ax.axhline(r["pretext_base"], color="0.5", ls="--", lw=0.8, label="pretext-format base (the baselines start here)")
         ax.set_xticks(range(len(names)), ["consistency\n(marker swap)"] + [n.removeprefix("ssl_").replace("_", "\n", 1) for n in names[1:]],
                       fontsize=7)
         ax.set_title(f"{r['task']}: best baseline - consistency {100 * r['best_minus']:+.1f} pp", fontsize=9)
