@@ -29,6 +29,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="spatial-base-large"); ap.add_argument("--n", type=int, default=96)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--skip-base", action="store_true", help="measure the warmed base only")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from consistency_amp.experiments.evaluation import evaluate
@@ -45,7 +46,7 @@ def main():
     val_root = default_world(world_config(ExperimentConfig(), val=True))
     built = ssl_examples(val_root, seed=1)
     result = dict(base=args.base, warmed=str(warmed), pretext={}, spatial={})
-    for name in (args.base, str(warmed)):
+    for name in ((args.base,) if not args.skip_base else ()) + (str(warmed),):
         model, processor = load_model(name, lora=False)
         model.eval()
         label = "warmed" if name == str(warmed) else "base"
