@@ -70,7 +70,7 @@ FIGURE6_CONDITIONS = {f"{task}_accuracy_noise{p:g}": (task, p) for task in ABLAT
 # answers (`training.pretext_base`: the base itself never writes a pretext answer, so its pretext reward is always 0);
 # evaluated like every run, and so is the warmed base ("pretext_base"). {condition: pretext task}
 FIGURE5_CONDITIONS = {f"ssl_{task}": task for task in SSL_TASKS}
-SSL_COMPLETION_LENGTH = 32   # new tokens of a pretext completion: a 3x3 jigsaw answer in the layout takes 29
+SSL_COMPLETION_LENGTH = 32   # new tokens of a pretext completion: a 3x3 jigsaw answer in the layout takes 28 and the end of turn
 FULL_CONDITIONS = (SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS) + tuple(FIGURE6_CONDITIONS)
                    + ("pretext_base",) + tuple(FIGURE5_CONDITIONS))
 
