@@ -34,9 +34,9 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 # %% auto #0
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'resolve_tasks', 'base_model_sizes',
            'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng', 'answer_type_of',
-           'example_rows', 'process_group', 'answer_examples', 'summarize', 'check_eval_params', 'evaluate',
-           'default_eval_name', 'check_eval_name', 'eval_path', 'rerun_command', 'read_eval', 'evaluate_run',
-           'model_kind', 'model_run_name', 'evaluate_model']
+           'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table', 'check_eval_params',
+           'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path', 'rerun_command', 'read_eval',
+           'evaluate_run', 'model_kind', 'model_run_name', 'evaluate_model']
 
 # %% ../../nbs/30_evaluation.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -196,6 +196,18 @@ def summarize(records: Sequence[dict], task: str, source: str) -> dict:
                 self_consistency=_mean(d["consistency"] for r in records for d in r["draws"]),
                 consistency_pairs=sum(len(r["draws"]) for r in records))
 
+# %% ../../nbs/30_evaluation.ipynb #6eb65383
+_TABLE = (("task", "task", False), ("source", "source", False), ("n", "n", False), ("accuracy %", "accuracy", True),
+          ("format %", "format_rate", True), ("self-consistency %", "self_consistency", True))   # (head, key, percent?)
+
+def results_table(rows: Sequence[dict]) -> str:
+    "The (task, source) result rows of an evaluation as an aligned text table: n, accuracy, format rate, self-consistency."
+    def cell(value, percent: bool) -> str: return "-" if value is None else f"{100 * value:.1f}" if percent else str(value)
+    lines = [[head for head, _, _ in _TABLE]] + [[cell(r.get(key), percent) for _, key, percent in _TABLE] for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(_TABLE))]
+    return "\n".join("  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(line, widths)))
+                     for line in lines)
+
 # %% ../../nbs/30_evaluation.ipynb #07fe6b51
 def check_eval_params(tasks=TASKS, sources=EVAL_SOURCES, max_examples=None, batch_size=DEFAULT_BATCH_SIZE,
                       consistency_samples=1, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, seed=0) -> dict:
@@ -328,7 +340,7 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
                  tasks=TASKS, sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                  consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
                  device=None, progress: bool = True, examples: bool = False, backend: str = "transformers") -> Path:
-    "Evaluate a run — a complete training run with its adapter/, or an evaluation-only run — into runs/<run>/eval/<eval_name>.json."
+    "Evaluate a run — a complete training run with its adapter/, or an evaluation-only run — into runs/<run>/eval/<eval_name>.json; print its results table."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     path = eval_path(_run_folder(run, runs_dir), eval_name or default_eval_name(max_examples))
     _refuse_existing(path, overwrite)
@@ -347,6 +359,7 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     if examples: results["examples"] = records          # per-example completions, answers and scores
     if process_group()[0] == 0:                            # sharded: every process has the results, the main one writes
         write_json(path, results, overwrite=overwrite)
+        print(f"{record.name}, {path.stem}:\n{results_table(results['results'])}", flush=True)
         if record.kind != "train": write_status(record.path, "complete", 0)
         else: write_model_card(record.path)              # the adapter's card lists every evaluation
     _barrier()

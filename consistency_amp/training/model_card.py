@@ -59,7 +59,7 @@ def model_card(run_dir) -> str:
     settings = "\n".join(f"| {k} | {params.get(k)} |" for k in CARD_PARAMS if k in params)
     body = f"""# {run_dir.name}
 
-A LoRA adapter on `{params['model']}`, trained with {_trained_with(params)} ({reward}) on {_trained_on(params)}, by [consistency_amp](https://github.com/consistency-amp/consistency_amp), the companion of
+A LoRA adapter on `{params['model']}`, trained with {_trained_with(params)} ({reward}) on {_trained_on(params)}, by consistency_amp, the companion of
 *{PAPER['title']}* ({PAPER['venue']}).
 
 ## Training

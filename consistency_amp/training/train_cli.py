@@ -22,7 +22,7 @@ from .train import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REWARDS, T
 
 # %% auto #0
 __all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'resume_argv',
-           'stopped_message', 'main', 'cli']
+           'stopped_message', 'end_process_group', 'main', 'cli']
 
 # %% ../../nbs/23a_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -144,6 +144,17 @@ def stopped_message(params: TrainParams, why: str, argv: list[str] | None = None
     return (f"run {params.name} stopped by {why} {where} (state: interrupted). Resume it with: python -m "
             f"consistency_amp.training.train {shlex.join(resume_argv(argv))}   (under torchrun: the same launch with --resume)")
 
+# %% ../../nbs/23a_train_cli.ipynb #cd1d8545
+def end_process_group() -> bool:
+    "Leave torch.distributed, if joined: free the dropped DDP model while the group is registered, then destroy the group; whether there was one."
+    import gc
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()): return False
+    gc.collect()                 # a dropped DDP model's Reducer holds the group: free it now, not at interpreter exit
+    dist.barrier()               # every process has finished training and saving
+    dist.destroy_process_group()
+    return True
+
 # %% ../../nbs/23a_train_cli.ipynb #ba13882d
 def main(argv: list[str] | None = None) -> Path:
     "Entry point of `python -m consistency_amp.training.train`: parse, `start_run`, `train_run` (as `run_training`), print the run folder; stopped by a signal, say how to resume and exit with 128 + its number."
@@ -163,11 +174,11 @@ def main(argv: list[str] | None = None) -> Path:
         sys.exit(f"python -m consistency_amp.training.train: error: could not write {e.filename or 'a file'}: {e.strerror}. "
                  "Every file written before is intact (each is written under a temporary name, then renamed); make "
                  "room and continue with the same command and --resume")
-    import torch.distributed as dist                # loaded by now: training imported torch
-    if dist.is_available() and dist.is_initialized():   # under torchrun / accelerate: exit cleanly, no thread left running
-        dist.barrier(); dist.destroy_process_group()
-    if signum := stop_signal_of(trainer):          # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
-        if rank0: print(stopped_message(params, signal.Signals(signum).name, argv, trainer.state.global_step), file=sys.stderr)
+    signum, step = stop_signal_of(trainer), trainer.state.global_step
+    del trainer                                    # its DDP model must go before the process group: end_process_group
+    end_process_group()
+    if signum:                                     # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
+        if rank0: print(stopped_message(params, signal.Signals(signum).name, argv, step), file=sys.stderr)
         sys.exit(128 + signum)
     if rank0: print(f"run folder: {run_dir}")
     return run_dir
