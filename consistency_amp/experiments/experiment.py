@@ -271,8 +271,10 @@ def missing_jobs(config: ExperimentConfig, runs_dir=None) -> list[tuple[str, int
 
 # %% ../../nbs/46_experiment.ipynb #b3c08cb5
 def _job_command(config: ExperimentConfig, condition: str, seed: int, runs_dir) -> list[str]:
+    "The command of one job; without `runs_dir` the job finds the default runs folder as its launcher did (same environment)."
+    where = [] if runs_dir is None else ["--runs-dir", os.fspath(runs_dir)]
     return [sys.executable, "-m", "consistency_amp.experiments.experiment", "--config-json", json.dumps(asdict(config)),
-            "--runs-dir", os.fspath(runs_dir), "--job", f"{condition}:{seed}"]
+            *where, "--job", f"{condition}:{seed}"]
 
 def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tuple[str, int]]:
     "Run the missing jobs, `workers` at a time (one thread each); the jobs run. Raises naming the log of a failed one. On SIGTERM, SIGINT or SIGUSR1 it starts no more jobs, asks the running ones to stop (each saves a checkpoint) and exits with 128 + the signal."
