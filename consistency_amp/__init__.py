@@ -15,6 +15,8 @@ _EXPORTS = {
     "consistency_amp.reward.verifiers": ("parse_answer", "accuracy", "consistency", "format_reward_func",
                                          "accuracy_reward_func", "SYSTEM_PROMPT"),
     "consistency_amp.reward.baseline": ("expected_reward",),
+    "consistency_amp.reward.paired_data": ("check_paired_dataset", "PAIR_COLUMNS"),
+    "consistency_amp.world.spatial_pairs": ("spatial_pair_dataset",),
     "consistency_amp.experiments.evaluation": ("evaluate", "evaluate_run"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

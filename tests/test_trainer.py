@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from consistency_amp.world.spatial_pairs import spatial_pair_dataset
 from consistency_amp.training.trainer import (OTGRPOConfig, OTGRPOTrainer, PairedPromptDataset, PairedRepeatSampler,
                                      check_pair_layout, pair_key, paired_consistency_rewards, split_key)
 from consistency_amp.world.transforms import phi
@@ -109,13 +110,19 @@ def test_keys_and_sampler_bad_input():
 
 
 def test_dataset_bad_input(examples, world):
+    from datasets import Dataset
     from consistency_amp.world.task_splits import build_examples
-    with pytest.raises(ValueError, match="at least one example"): PairedPromptDataset([])
-    with pytest.raises(ValueError, match=r"examples\[1\] is a dict"): PairedPromptDataset([examples[0], {}])
-    with pytest.raises(ValueError, match="reward must be one of"): PairedPromptDataset(examples, reward="acc")
+    with pytest.raises(ValueError, match="at least one example"): spatial_pair_dataset([])
+    with pytest.raises(ValueError, match=r"examples\[1\] is a dict"): spatial_pair_dataset([examples[0], {}])
+    with pytest.raises(ValueError, match="got list"): PairedPromptDataset(examples)
+    with pytest.raises(ValueError, match="no rows"): PairedPromptDataset(Dataset.from_dict({"prompt": []}))
+    with pytest.raises(ValueError, match="reward must be one of"): PairedPromptDataset(spatial_pair_dataset(examples), reward="acc")
     counting = build_examples(world, "counting")
-    with pytest.raises(ValueError, match="label_noise flips boolean labels; numeric examples given"):
-        PairedPromptDataset(examples + counting, reward="accuracy", label_noise=0.2)
+    with pytest.raises(ValueError, match=f"label_noise flips boolean labels; row {len(examples)} has a numeric answer"):
+        PairedPromptDataset(spatial_pair_dataset(examples + counting), reward="accuracy", label_noise=0.2)
+    unlabelled = Dataset.from_list([dict(prompt="Is 2 > 1?", prompt_augmented="Is 1 > 2?", relation="opposite", answer_type="boolean")] * 2)
+    with pytest.raises(ValueError, match="row 0: reward='accuracy' needs the columns ground_truth"):
+        PairedPromptDataset(unlabelled, reward="accuracy")[0]
 
 
 def test_trainer_bad_input(examples, model_and_processor):
@@ -126,7 +133,7 @@ def test_trainer_bad_input(examples, model_and_processor):
     with pytest.raises(ValueError, match="fewer than the 40 prompt pairs of one generation batch"):
         OTGRPOTrainer(model, cpu(pairs_per_device=40), examples, processing_class=processor)
     with pytest.raises(ValueError, match="train_dataset was built for reward='consistency'"):
-        OTGRPOTrainer(model, cpu(reward="accuracy"), PairedPromptDataset(examples), processing_class=processor)
+        OTGRPOTrainer(model, cpu(reward="accuracy"), PairedPromptDataset(spatial_pair_dataset(examples)), processing_class=processor)
 
 
 # ---------------------------------------------------------------- the reward path
@@ -188,7 +195,7 @@ def test_sampler_repeats_follow_trl(examples, model_and_processor):
     check_pair_layout([r["pair_id"] for r in batches[0]], [r["side"] for r in batches[0]], 2)
 
 
-def test_epochs_redraw_and_resume_is_deterministic(examples):
+def test_epochs_reshuffle_and_resume_is_deterministic(examples):
     sampler = PairedRepeatSampler(len(examples), 2, 3, seed=5)
     sampler.set_epoch(2)
     first = list(sampler)
@@ -197,10 +204,11 @@ def test_epochs_redraw_and_resume_is_deterministic(examples):
     resumed = PairedRepeatSampler(len(examples), 2, 3, seed=5)
     resumed.set_epoch(2)
     assert list(resumed) == first
-    dataset = PairedPromptDataset(examples, seed=5)
-    a, b = dataset[first[0]], PairedPromptDataset(examples, seed=5)[first[0]]
+    dataset = PairedPromptDataset(spatial_pair_dataset(examples, seed=5))
+    a, b = dataset[first[0]], PairedPromptDataset(spatial_pair_dataset(examples, seed=5))[first[0]]
     assert a["prompt"] == b["prompt"] and a["pair_id"] == b["pair_id"]
-    assert dataset[pair_key(0, 0, 0, len(examples))]["pair_id"] != dataset[pair_key(0, 0, 1, len(examples))]["pair_id"]
+    epoch0, epoch1 = (dataset[pair_key(0, 0, draw, len(examples))] for draw in (0, 1))   # every epoch shows the same pair
+    assert (epoch0["prompt"], epoch0["pair_id"]) == (epoch1["prompt"], epoch1["pair_id"])
 
 
 def test_resume_replays_the_same_pairs(examples):

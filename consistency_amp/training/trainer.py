@@ -21,9 +21,11 @@ from trl import GRPOConfig, GRPOTrainer
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
 from .image_features import install_image_cache
+from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
+    check_paired_dataset, load_image, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
-from ..world.tasks import BOOLEAN_TASKS, Example
-from ..world.transforms import phi
+from ..world.spatial_pairs import spatial_pair_dataset
+from ..world.tasks import Example
 from ..reward.verifiers import (
     accuracy, accuracy_reward_func, completion_text, format_reward_func, parse_answer)
 
@@ -148,54 +150,56 @@ def _unit_interval(*parts) -> float:
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
 
-def label_flipped(example: Example, p: float, seed: int = 0) -> bool:
-    "Whether the corruption ablation flips the label of `example` (probability `p`, fixed by `seed` and its uid)."
-    return p > 0 and _unit_interval("label_noise", seed, example.uid) < p
+def label_flipped(pair_id: str, p: float, seed: int = 0) -> bool:
+    "Whether the corruption ablation flips the labels of pair `pair_id` (probability `p`, fixed by `seed` and the id)."
+    return p > 0 and _unit_interval("label_noise", seed, pair_id) < p
 
 # %% ../../nbs/21_trainer.ipynb #afe14c0e
 class PairedPromptDataset(Dataset):
-    "Rows of the paired prompts x and x' = T(x), built lazily from dataset keys; T drawn from (seed, draw, index)."
-    def __init__(self, examples: Sequence[Example], make_pair: Callable[..., PromptPair] = make_prompt_pair,
-                 reward: str = "consistency", label_noise: float = 0.0, label_noise_seed: int = 0, seed: int = 0,
+    "TRL rows of the prompts x and x' of a paired `datasets.Dataset` (`reward.paired_data`), read by dataset key."
+    def __init__(self, pairs, reward: str = "consistency", label_noise: float = 0.0, label_noise_seed: int = 0,
                  cache_size: int = 256):
-        self.examples = list(examples)
-        if not self.examples: raise ValueError("PairedPromptDataset needs at least one example")
-        for i, e in enumerate(self.examples):
-            if not isinstance(e, Example): raise ValueError(f"examples[{i}] is a {type(e).__name__}, not a tasks.Example")
+        check_paired_dataset(pairs)
         check_choice("reward", reward, REWARDS)
-        if label_noise > 0:
-            if reward != "accuracy": raise ValueError(f"label_noise needs reward='accuracy'; got reward={reward!r}")
-            if bad := [e.uid for e in self.examples if e.task not in BOOLEAN_TASKS][:3]:
-                raise ValueError(f"label_noise flips boolean labels; numeric examples given: {bad}")
-        self.make_pair, self.reward, self.seed = make_pair, reward, seed
-        self.label_noise, self.label_noise_seed = label_noise, label_noise_seed
-        self.flipped = np.array([label_flipped(e, label_noise, label_noise_seed) for e in self.examples])
+        if label_noise > 0 and reward != "accuracy": raise ValueError(f"label_noise needs reward='accuracy'; got reward={reward!r}")
+        self.pairs, self.reward, self.label_noise, self.label_noise_seed = pairs, reward, label_noise, label_noise_seed
         self._cache, self.cache_size = OrderedDict(), cache_size
+        stored = pairs.with_format(None)
+        self.pair_ids = [str(i) for i in stored["pair_id"]] if "pair_id" in pairs.column_names else [f"pair-{i}" for i in range(len(pairs))]
+        if label_noise > 0 and "answer_type" in pairs.column_names and "numeric" in (kinds := stored["answer_type"]):
+            raise ValueError(f"label_noise flips boolean labels; row {kinds.index('numeric')} has a numeric answer")
+        self.flipped = np.array([label_flipped(i, label_noise, label_noise_seed) for i in self.pair_ids])
 
-    def __len__(self) -> int: return len(self.examples)
+    def __len__(self) -> int: return len(self.pairs)
 
-    def pair(self, index: int, draw: int) -> PromptPair:
-        "The prompt pair of example `index` at its `draw`-th drawing (cached)."
-        if (index, draw) in self._cache:
-            self._cache.move_to_end((index, draw))
-            return self._cache[index, draw]
-        pair = self.make_pair(self.examples[index], np.random.default_rng([self.seed, draw, index]))
-        self._cache[index, draw] = pair
+    def pair(self, index: int) -> dict:
+        "Row `index` of the paired dataset, checked (cached)."
+        if index in self._cache:
+            self._cache.move_to_end(index)
+            return self._cache[index]
+        row = check_pair_row(self.pairs[index], index)
+        if self.reward == "accuracy" and row.get("ground_truth") is None:
+            raise ValueError(f"paired dataset row {index}: reward='accuracy' needs the columns ground_truth and ground_truth_augmented")
+        if self.label_noise > 0 and row["answer_type"] != "boolean":
+            raise ValueError(f"label_noise flips boolean labels; row {index} has a {row['answer_type']} answer")
+        self._cache[index] = row
         if len(self._cache) > self.cache_size: self._cache.popitem(last=False)
-        return pair
+        return row
 
     def ground_truth(self, key: int, corrupted: bool = False):
-        "The label of the prompt `key` names: y* for x, phi_T(y*) for x' (of the flipped y* if `corrupted` and flipped)."
-        index, side, draw = split_key(key, len(self))
-        p = self.pair(index, draw)
-        if corrupted and self.flipped[index]:
-            return phi(p.relation, not p.ground_truth) if side else (not p.ground_truth)
-        return p.ground_truth_augmented if side else p.ground_truth
+        "The label of the prompt `key` names (None if the dataset has none); flipped if `corrupted` and its pair is."
+        index, side, _ = split_key(key, len(self))
+        truth = self.pair(index).get(TRUTH_COLUMNS[side])
+        return (not truth) if corrupted and truth is not None and self.flipped[index] else truth
 
     def __getitem__(self, key: int) -> dict:
-        index, side, draw = split_key(key, len(self))
-        row = dict(self.pair(index, draw).to_rows(include_labels=False)[side], key=int(key))
-        row["prompt"] = copy.deepcopy(row["prompt"])  # TRL builds on the messages; keep the cached pair intact
+        index, side, _ = split_key(key, len(self))
+        pair = self.pair(index)
+        row = {k: v for k, v in pair.items() if k not in PAIR_COLUMNS + IMAGE_COLUMNS + TRUTH_COLUMNS}   # extra columns travel along
+        row.update(prompt=copy.deepcopy(pair[PAIR_COLUMNS[side]]),   # TRL builds on the messages; keep the cached row intact
+                   pair_id=self.pair_ids[index], side=SIDES[side], relation=verifier_relation(pair["relation"], pair["answer_type"]),
+                   answer_type=pair["answer_type"], key=int(key))
+        if (image := pair.get(IMAGE_COLUMNS[side])) is not None: row["image"] = load_image(image)
         if self.reward == "accuracy": row["ground_truth"] = self.ground_truth(key, corrupted=True)
         return row
 
@@ -241,9 +245,9 @@ consistency_reward_placeholder.__name__ = "consistency"   # TRL logs it as rewar
 # %% ../../nbs/21_trainer.ipynb #966b8c7b
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
-    def __init__(self, model, args: OTGRPOConfig, train_dataset: Sequence[Example] | PairedPromptDataset,
-                 processing_class=None, peft_config=None, make_pair: Callable[..., PromptPair] = make_prompt_pair,
-                 callbacks=None, optimizers=(None, None)):
+    def __init__(self, model, args: OTGRPOConfig, train_dataset, processing_class=None, peft_config=None,
+                 make_pair: Callable[..., PromptPair] = make_prompt_pair, callbacks=None, optimizers=(None, None)):
+        "`train_dataset`: a paired `datasets.Dataset` (`reward.paired_data`), spatial `Example`s (made one by `spatial_pair_dataset` with `make_pair`), or a `PairedPromptDataset`."
         if not isinstance(args, OTGRPOConfig):
             raise ValueError(f"args must be an OTGRPOConfig, got {type(args).__name__}")
         if isinstance(train_dataset, PairedPromptDataset):
@@ -254,11 +258,11 @@ class OTGRPOTrainer(GRPOTrainer):
                                  f"label_noise_seed={built[2]}, but args say {args.reward!r}, {args.label_noise}, "
                                  f"{args.label_noise_seed}")
         else:
-            paired = PairedPromptDataset(train_dataset, make_pair, args.reward, args.label_noise,
-                                         args.label_noise_seed, seed=args.seed)
+            if not isinstance(train_dataset, HFDataset): train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
+            paired = PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
         pairs = args.generation_batch_size // (2 * args.num_generations)
         if len(paired) < pairs:
-            raise ValueError(f"train_dataset has {len(paired)} examples, fewer than the {pairs} prompt pairs of one "
+            raise ValueError(f"train_dataset has {len(paired)} pairs, fewer than the {pairs} prompt pairs of one "
                              "generation batch")
         task_reward = accuracy_reward_func if args.reward == "accuracy" else consistency_reward_placeholder
         placeholder = HFDataset.from_dict({"example": list(range(len(paired)))})  # GRPOTrainer's type check only
@@ -277,10 +281,10 @@ class OTGRPOTrainer(GRPOTrainer):
                                    repeat_count=self.num_iterations * self.args.steps_per_generation,
                                    shuffle=self.shuffle_dataset, seed=self.args.seed)
 
-    def _answer_scores(self, row: dict, text: str) -> tuple[bool, float]:
-        "(unparseable?, accuracy against the clean label) of one local completion: metrics, never a reward."
-        answer = parse_answer(text, row["answer_type"])
-        return answer is None, accuracy(answer, self.train_dataset.ground_truth(row["key"]), row["answer_type"])
+    def _answer_scores(self, row: dict, text: str) -> tuple[bool, float | None]:
+        "(unparseable?, accuracy against the clean label, None without labels) of one local completion: metrics, never a reward."
+        answer, truth = parse_answer(text, row["answer_type"]), self.train_dataset.ground_truth(row["key"])
+        return answer is None, None if truth is None else accuracy(answer, truth, row["answer_type"])
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # gathered
@@ -300,5 +304,5 @@ class OTGRPOTrainer(GRPOTrainer):
         metrics["answers/unparseable"].append(float(np.mean(unparseable)))
         for name, value in answer_monitor(texts_all, answer_type, self.num_generations).items():
             metrics[name].append(value)
-        metrics["answers/accuracy"].append(float(np.mean(correct)))
+        if labelled := [c for c in correct if c is not None]: metrics["answers/accuracy"].append(float(np.mean(labelled)))
         return rewards_per_func
