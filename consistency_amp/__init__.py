@@ -11,6 +11,7 @@ _EXPORTS = {
     "consistency_amp.training.trainer": ("OTGRPOTrainer", "OTGRPOConfig"),
     "consistency_amp.training.train": ("TrainParams", "run_training"),
     "consistency_amp.training.models": ("load_model",),
+    "consistency_amp.training.text_models": ("load_text_model",),
     "consistency_amp.reward.pairing": ("consistency_rewards", "pair_rewards", "consistency_reward_func"),
     "consistency_amp.reward.verifiers": ("parse_answer", "accuracy", "consistency", "format_reward_func",
                                          "accuracy_reward_func", "SYSTEM_PROMPT"),

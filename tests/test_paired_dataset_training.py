@@ -1,6 +1,6 @@
 """OT-GRPO on your own paired data (issue 25): in a fresh interpreter, `from consistency_amp import OTGRPOTrainer,
 OTGRPOConfig` trains 2 steps on a CPU on a hand-made `datasets.Dataset` of prompt pairs, text-only and with images,
-with the tiny VLM, and writes an adapter. What the runs learn is not asserted: two steps show the path works."""
+with the tiny VLM, and text-only with the tiny causal LM (no vision tower), and writes an adapter. What the runs learn is not asserted: two steps show the path works."""
 import json
 import os
 import subprocess
@@ -27,7 +27,10 @@ for a, b in [(7, 3), (2, 9), (5, 4), (1, 8)]:
         row.update(image=image, image_augmented=image.transpose(Image.FLIP_LEFT_RIGHT))
     rows.append(row)
 dataset = Dataset.from_list(rows)
-model, processor = load_model()                       # the tiny offline Qwen2.5-VL, LoRA on its language model
+if kind == "text-model":                              # a causal LM without a vision tower: the tiny offline Qwen2
+    from consistency_amp.training.text_models import load_text_model
+    model, processor = load_text_model()
+else: model, processor = load_model()                 # the tiny offline Qwen2.5-VL, LoRA on its language model
 args = OTGRPOConfig(output_dir=str(out / "trainer"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
                     num_generations=2, pairs_per_device=2, max_completion_length=8, max_steps=2,
                     gradient_checkpointing=False, logging_steps=1)
@@ -39,7 +42,7 @@ print(json.dumps(dict(step=trainer.state.global_step, files=sorted(p.name for p 
 '''
 
 
-@pytest.mark.parametrize("kind", ["text", "image"])
+@pytest.mark.parametrize("kind", ["text", "image", "text-model"])
 def test_a_hand_made_paired_dataset_trains_and_saves_an_adapter(kind, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
                CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"))
