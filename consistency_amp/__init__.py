@@ -19,6 +19,7 @@ _EXPORTS = {
     "consistency_amp.reward.paired_data": ("check_paired_dataset", "PAIR_COLUMNS"),
     "consistency_amp.world.spatial_pairs": ("spatial_pair_dataset",),
     "consistency_amp.experiments.evaluation": ("evaluate", "evaluate_run"),
+    "consistency_amp.experiments.pair_evaluation": ("evaluate_pairs",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

@@ -17,15 +17,16 @@ DEFAULT_MAX_NEW_TOKENS = PAPER_SETTINGS["max_completion_length"]   # training's 
 
 # %% ../../nbs/30_decoders.ipynb #be8157da
 class GreedyDecoder:
-    "Greedy completions of prompt rows by a vision-language model: chat template, one left-padded batch, `generate`, decode."
+    "Greedy completions of prompt rows by a vision-language model (its processor) or a text-only one (its tokenizer): chat template, one left-padded batch, `generate`, decode."
     def __init__(self, model, processor, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS):
         check_int("max_new_tokens", max_new_tokens, 1)
-        if processor is None or not hasattr(processor, "apply_chat_template") or not hasattr(processor, "tokenizer"):
-            raise ValueError("GreedyDecoder needs the model's multimodal processor (the one `models.load_model` returns)")
+        if processor is None or not hasattr(processor, "apply_chat_template"):
+            raise ValueError("GreedyDecoder needs the model's processor (`models.load_model`) or, for a text-only model, "
+                             "its tokenizer (`text_models.load_text_model`), with a chat template")
         if not callable(getattr(model, "generate", None)): raise ValueError(f"{type(model).__name__} has no `generate`")
         self.model, self.processor, self.max_new_tokens = model, processor, max_new_tokens
         pad = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
-        tokenizer = processor.tokenizer
+        self.tokenizer = tokenizer = getattr(processor, "tokenizer", processor)   # a processor wraps one; a tokenizer is one
         self.pad_token_id = pad if pad is not None else (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                                                          else tokenizer.eos_token_id)
 
@@ -35,17 +36,20 @@ class GreedyDecoder:
         return dict(do_sample=False, num_beams=1, repetition_penalty=1.0, max_new_tokens=self.max_new_tokens,
                     pad_token_id=self.pad_token_id)
 
-    def prompt_text(self, messages: list[dict]) -> str:
-        "The chat-template text of one prompt, ending where the assistant's answer starts."
+    def prompt_text(self, messages: list[dict] | str) -> str:
+        "The chat-template text of one prompt, ending where the assistant's answer starts; a plain (string) prompt as it is, as TRL trains on it."
+        if isinstance(messages, str): return messages
         return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def inputs(self, rows: Sequence[dict]):
-        "The left-padded model inputs of `rows` (only their `prompt` messages and `image`s are read), on the model's device."
-        tokenizer = self.processor.tokenizer
+        "The left-padded model inputs of `rows` (only their `prompt` messages and `image`s, if any, are read), on the model's device."
+        tokenizer, images = self.tokenizer, [r.get("image") for r in rows]
+        if len({image is None for image in images}) > 1: raise ValueError("GreedyDecoder: a batch mixes rows with and without an image")
+        texts = [self.prompt_text(r["prompt"]) for r in rows]
         side, tokenizer.padding_side = tokenizer.padding_side, "left"
         try:
-            inputs = self.processor(text=[self.prompt_text(r["prompt"]) for r in rows], images=[r["image"] for r in rows],
-                                    padding=True, return_tensors="pt")
+            if images[0] is None: inputs = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+            else: inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
         finally: tokenizer.padding_side = side
         return inputs.to(getattr(self.model, "device", "cpu"))   # the processor gives CPU tensors; a GPU model needs them there
 
@@ -59,4 +63,4 @@ class GreedyDecoder:
             with torch.inference_mode(): out = self.model.generate(**inputs, **self.generation_kwargs)
         finally:
             if training: self.model.train()
-        return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        return self.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
