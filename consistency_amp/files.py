@@ -67,16 +67,19 @@ def write_atomically(path: str | os.PathLike, write, overwrite: bool = True) -> 
 
 # %% ../nbs/03_files.ipynb #422188c3
 def build_once(path: str | os.PathLike, build, marker: str = "config.json") -> Path:
-    "`path` if it holds `marker`; else `build(staging)` into a new folder beside it, renamed to `path` (another process's copy wins)."
+    "`path` if it holds `marker`; else `build(staging)` into a new folder beside it, renamed to `path`; one builder at a time (a lock file beside it)."
     import shutil
+    from filelock import FileLock
     path = Path(path)
     if (path / marker).is_file(): return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-    try:
-        build(staging)
-        try: staging.rename(path)
-        except OSError:                                   # another process finished first: keep its copy
-            if not (path / marker).is_file(): raise
-    finally: shutil.rmtree(staging, ignore_errors=True)
+    with FileLock(str(path.parent / f".{path.name}.lock")):   # a second process waits for the first's build
+        if (path / marker).is_file(): return path
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+        try:
+            build(staging)
+            try: staging.rename(path)
+            except OSError:                               # a builder without the lock (an older version) finished first
+                if not (path / marker).is_file(): raise
+        finally: shutil.rmtree(staging, ignore_errors=True)
     return path
