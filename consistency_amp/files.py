@@ -73,7 +73,8 @@ def build_once(path: str | os.PathLike, build, marker: str = "config.json") -> P
     path = Path(path)
     if (path / marker).is_file(): return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path.parent / f".{path.name}.lock")):   # a second process waits for the first's build
+    lock = path.parent / f".{path.name}.lock"
+    with FileLock(str(lock)):                             # a second process waits for the first's build
         if (path / marker).is_file(): return path
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
         try:
@@ -82,4 +83,5 @@ def build_once(path: str | os.PathLike, build, marker: str = "config.json") -> P
             except OSError:                               # a builder without the lock (an older version) finished first
                 if not (path / marker).is_file(): raise
         finally: shutil.rmtree(staging, ignore_errors=True)
+    lock.unlink(missing_ok=True)   # safe once built: whoever takes a lock from now on finds `marker` first
     return path
