@@ -26,7 +26,7 @@ def _prompt_row(row: dict) -> dict:
 
 def answer_pairs(completer, pairs, batch_size: int = 8) -> list[dict]:
     "One record per pair of the paired dataset `pairs`: both completions, parsed answers, labels and scores; `completer.complete(rows)` answers."
-    data = PairedPromptDataset(pairs, reward="accuracy" if "ground_truth" in pairs[0] and pairs[0]["ground_truth"] is not None else "consistency")
+    data = PairedPromptDataset(pairs)                    # label-free rows: the completer never sees a label
     keys = [pair_key(i, side, 0, len(data)) for i in range(len(data)) for side in (0, 1)]
     texts = []
     for start in range(0, len(keys), batch_size):
