@@ -889,6 +889,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                    'consistency_amp/training/pretext_base.py'),
                                                        'consistency_amp.training.pretext_base.pretext_base_path': ( 'pretext_base.html#pretext_base_path',
                                                                                                                     'consistency_amp/training/pretext_base.py'),
+                                                       'consistency_amp.training.pretext_base.pretext_examples': ( 'pretext_base.html#pretext_examples',
+                                                                                                                   'consistency_amp/training/pretext_base.py'),
                                                        'consistency_amp.training.pretext_base.pretext_sft_batch': ( 'pretext_base.html#pretext_sft_batch',
                                                                                                                     'consistency_amp/training/pretext_base.py'),
                                                        'consistency_amp.training.pretext_base.random_ssl_answer': ( 'pretext_base.html#random_ssl_answer',

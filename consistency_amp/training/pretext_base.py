@@ -18,11 +18,13 @@ from ..reward.ssl import (CONTRASTIVE_LABELS, POSITION_LABELS, ROTATION_ANGLES, 
 
 # %% auto #0
 __all__ = ['PRETEXT_FORMAT', 'PRETEXT_THINK', 'PRETEXT_FILE', 'random_ssl_answer', 'format_target', 'pretext_sft_batch',
-           'spatial_rehearsal', 'warm_up', 'pretext_base_key', 'pretext_base_path']
+           'spatial_rehearsal', 'warm_up', 'pretext_examples', 'pretext_base_key', 'pretext_base_path']
 
 # %% ../../nbs/24b_pretext_base.ipynb #8b8b51b8
 # The warm-up's settings: two were tried on the val world (120 steps at 1e-4 did not teach the layout; 300 at 3e-4 did,
 # once it rehearsed the base's own targets): figures/README.md, "Figure 5, controlled"
+# (optional `weights`: task -> how many times as often its examples are drawn, see `pretext_examples`; longer
+# warm-ups weighting the Visual Jigsaw tasks were probed in session 15 and did not yet teach 9-permutations)
 PRETEXT_FORMAT = dict(per_task=96, steps=300, batch=8, lr=3e-4, seed=0, rehearse=True)
 PRETEXT_THINK = "?"   # the think of every target (one token): the answers are random, there is no reasoning to teach
 
@@ -97,6 +99,15 @@ def warm_up(model, processor, examples, settings: dict = PRETEXT_FORMAT, progres
     model.eval()
     return log
 
+# %% ../../nbs/24b_pretext_base.ipynb #191e7a63
+def pretext_examples(built: dict, settings: dict = PRETEXT_FORMAT) -> list:
+    "The warm-up's examples from `built` (task -> SSLExamples): `per_task` of each task, times `settings['weights'][task]`."
+    weights, out = settings.get("weights", {}), []
+    for task in sorted(built):
+        n, pool = settings["per_task"] * weights.get(task, 1), built[task]
+        out += [pool[i % len(pool)] for i in range(n)] if pool else []
+    return out
+
 # %% ../../nbs/24b_pretext_base.ipynb #73d1856d
 PRETEXT_FILE = "pretext_format.json"
 
@@ -118,7 +129,7 @@ def pretext_base_path(name: str = "spatial-base-large", cache_dir=None, settings
         torch.manual_seed(settings["seed"])
         model, processor = load_model(name, lora=False, dtype=torch.float32, device="cpu")
         built = ssl_examples(pretraining_world(_base_recipe(name)[0] or BaseRecipe()), seed=settings["seed"])
-        examples = [e for task in sorted(built) for e in built[task][:settings["per_task"]]]
+        examples = pretext_examples(built, settings)
         rehearse = spatial_rehearsal(name, processor, settings) if settings.get("rehearse") else None
         log = warm_up(model, processor, examples, settings, progress, rehearse)
         model.save_pretrained(staging); processor.save_pretrained(staging)
