@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from ..files import build_once, cache_dir as default_cache_dir
-from ..reward.ssl import (CONTRASTIVE_LABELS, POSITION_LABELS, ROTATION_ANGLES, format_ssl_answer,
-                                        ssl_truth)
+from ..reward.ssl import (CONTRASTIVE_LABELS, POSITION_LABELS, ROTATION_ANGLES, check_ssl_task,
+                                        format_ssl_answer, ssl_truth)
 
 # %% auto #0
 __all__ = ['PRETEXT_FORMAT', 'PRETEXT_THINK', 'PRETEXT_FILE', 'random_ssl_answer', 'format_target', 'pretext_sft_batch',
@@ -103,6 +103,7 @@ def warm_up(model, processor, examples, settings: dict = PRETEXT_FORMAT, progres
 def pretext_examples(built: dict, settings: dict = PRETEXT_FORMAT) -> list:
     "The warm-up's examples from `built` (task -> SSLExamples): `per_task` of each task, times `settings['weights'][task]`."
     weights, out = settings.get("weights", {}), []
+    for task in weights: check_ssl_task(task)         # a misspelt task would otherwise be drawn at weight 1, silently
     for task in sorted(built):
         n, pool = settings["per_task"] * weights.get(task, 1), built[task]
         out += [pool[i % len(pool)] for i in range(n)] if pool else []
