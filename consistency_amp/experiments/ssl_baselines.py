@@ -11,11 +11,14 @@ import numpy as np
 import pandas as pd
 
 from .ablations import merge_science, paired_difference, seed_outcomes
-from .experiment import ABLATION_TASKS, FIGURE5_CONDITIONS, ExperimentConfig
+from .experiment import (ABLATION_TASKS, FIGURE5_CONDITIONS, ExperimentConfig, experiment_dir,
+                                                    run_name_of)
 from ..reward.ssl import OMITTED_SSL_VARIANTS, SSL_FAMILY
+from ..training.runs import TRAIN_LOG_FILE, read_jsonl
 
 # %% auto #0
-__all__ = ['PAPER_SSL_GAP', 'FAMILY_COLOURS', 'figure5_rows', 'figure5_science_rows', 'plot_figure5', 'report_figure5']
+__all__ = ['PAPER_SSL_GAP', 'MIN_CONTRAST', 'FAMILY_COLOURS', 'reward_contrast', 'figure5_rows', 'figure5_science_rows',
+           'plot_figure5', 'report_figure5']
 
 # %% ../../nbs/47c_ssl_baselines.ipynb #56955a3f
 PAPER_SSL_GAP = -0.036   # Figure 5: the strongest baseline (Visual Jigsaw) minus consistency, jointly, 7B (Section 5.3)
@@ -25,6 +28,17 @@ def _accuracy(by_seed: dict, columns: list[int], resamples: int) -> dict:
     acc = np.stack([by_seed[s][0][columns] for s in sorted(by_seed)])
     low, high = paired_difference(acc, np.zeros_like(acc), resamples)[1:]
     return dict(accuracy=float(acc.mean()), low=low, high=high, seeds=len(by_seed))
+
+# %% ../../nbs/47c_ssl_baselines.ipynb #f19c7ace
+MIN_CONTRAST = 0.05   # under one group in 20 with unequal rewards: at 80 steps, a few steps' worth of gradient in all
+
+def reward_contrast(config: ExperimentConfig, condition: str, seeds, runs_dir=None) -> float | None:
+    "The share of `condition`'s training groups (over `seeds`' logged steps) whose rewards were not all equal; None without logs."
+    folder, shares = experiment_dir(config, runs_dir), []
+    for seed in seeds:
+        if not (log := folder / run_name_of(condition, seed) / TRAIN_LOG_FILE).is_file(): continue
+        shares += [1 - r["frac_reward_zero_std"] for r in read_jsonl(log)[0] if r.get("frac_reward_zero_std") is not None]
+    return float(np.mean(shares)) if shares else None
 
 # %% ../../nbs/47c_ssl_baselines.ipynb #afce1e79
 def figure5_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 2000) -> list[dict]:
@@ -41,14 +55,17 @@ def figure5_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 2000)
             raise ValueError(f"{task}: the Figure 5 runs and the base were scored on other test questions")
         own = [i for i, t in enumerate(tasks) if t == task]
         methods = {"consistency": _accuracy(consistency, own, resamples)} | {c: _accuracy(d, own, resamples) for c, d in ssl.items()}
-        best = max(ssl, key=lambda c: methods[c]["accuracy"])
+        for c, d in (("consistency", consistency), *ssl.items()):
+            methods[c]["contrast"] = reward_contrast(config, f"{task}_consistency_marker_swap" if c == "consistency" else c, sorted(d), runs_dir)
+        silent = [c for c in ssl if (v := methods[c]["contrast"]) is not None and v < MIN_CONTRAST]   # trained on nothing
+        best = max([c for c in ssl if c not in silent] or ssl, key=lambda c: methods[c]["accuracy"])
         common = sorted(set(consistency) & set(ssl[best]))
         stack = lambda d: np.stack([d[s][0][own] for s in common])
         gap = paired_difference(stack(ssl[best]), stack(consistency), resamples)
         # each from its own start: the baselines from the pretext-format base, consistency from the base (same questions)
         gain = paired_difference(stack(ssl[best]) - warmed[0][0][own], stack(consistency) - base[0][0][own], resamples) \
             if warmed else (None, None, None)
-        rows.append(dict(task=task, n=len(own), base=float(base[0][0][own].mean()), methods=methods, best=best,
+        rows.append(dict(task=task, n=len(own), base=float(base[0][0][own].mean()), methods=methods, best=best, silent=silent,
                          pretext_base=float(warmed[0][0][own].mean()) if warmed else None,
                          best_minus=gap[0], best_minus_low=gap[1], best_minus_high=gap[2], paired_seeds=len(common),
                          gain_minus=gain[0], gain_minus_low=gain[1], gain_minus_high=gain[2]))
@@ -64,7 +81,8 @@ def figure5_science_rows(rows: list[dict]) -> pd.DataFrame:
     "The science table's `ssl_best_minus_consistency_<task>` rows (the paper: the strongest baseline 3.6 pp below) and, with the pretext-format base evaluated, `ssl_best_gain_minus_consistency_gain_<task>`."
     out = []
     for r in rows:
-        best = f"; best: {r['best'].removeprefix('ssl_')}"
+        best = f"; best: {r['best'].removeprefix('ssl_')}" + (f"; not counted, their rewards never varied in training: "
+                                                                f"{', '.join(c.removeprefix('ssl_') for c in r['silent'])}" if r.get("silent") else "")
         out.append(dict(metric=f"ssl_best_minus_consistency_{r['task']}", value=r["best_minus"], low=r["best_minus_low"],
                         high=r["best_minus_high"], n=r["n"], seeds=r["paired_seeds"], paper=f"{PAPER_SSL_GAP:+.3f} (joint, 7B)",
                         verdict=_ssl_verdict(r["best_minus_low"], r["best_minus_high"]) + best))
@@ -89,11 +107,13 @@ def plot_figure5(rows: list[dict], title: str = "Figure 5, controlled, in miniat
         for i, name in enumerate(names):
             m = r["methods"][name]
             colour = "tab:red" if name == "consistency" else FAMILY_COLOURS[SSL_FAMILY[FIGURE5_CONDITIONS[name]]]
-            ax.errorbar(i, m["accuracy"], [[m["accuracy"] - m["low"]], [m["high"] - m["accuracy"]]], fmt="o", color=colour, capsize=3)
+            hollow = dict(mfc="white") if name in r.get("silent", []) else {}   # trained on nothing: see reward_contrast
+            ax.errorbar(i, m["accuracy"], [[m["accuracy"] - m["low"]], [m["high"] - m["accuracy"]]], fmt="o", color=colour, capsize=3, **hollow)
         ax.axhline(r["base"], color="0.5", ls=":", label="base (consistency starts here)")
         if r.get("pretext_base") is not None:
             ax.axhline(r["pretext_base"], color="0.5", ls="--", lw=0.8, label="pretext-format base (the baselines start here)")
-        ax.set_xticks(range(len(names)), ["consistency\n(marker swap)"] + [n.removeprefix("ssl_").replace("_", "\n", 1) for n in names[1:]],
+        ax.set_xticks(range(len(names)), ["consistency\n(marker swap)"] + [n.removeprefix("ssl_").replace("_", "\n", 1)
+                      + ("\n(no signal)" if n in r.get("silent", []) else "") for n in names[1:]],
                       fontsize=7)
         gain = "" if r.get("gain_minus") is None else f"\nin gain over each one's start: {100 * r['gain_minus']:+.1f} pp"
         ax.set_title(f"{r['task']}: best baseline - consistency {100 * r['best_minus']:+.1f} pp{gain}", fontsize=9)
@@ -101,7 +121,10 @@ def plot_figure5(rows: list[dict], title: str = "Figure 5, controlled, in miniat
     omitted = "; ".join(f"{k}: omitted ({v.split(';')[0]})" for k, v in OMITTED_SSL_VARIANTS.items())
     seeds = sorted({m["seeds"] for r in rows for m in r["methods"].values()})
     fig.suptitle(f"{title} ({' or '.join(map(str, seeds))} seeds per method, n = {rows[0]['n']} questions per task, 95% intervals)", fontsize=10)
-    fig.text(0.5, 0.005, omitted[:160], ha="center", fontsize=6, color="0.4")
+    if any(r.get("silent") for r in rows):
+        omitted = (f"hollow: rewards unequal in under {MIN_CONTRAST:.0%} of training groups (the start never wrote a valid "
+                   f"answer), so it trained on nothing; not counted as best. {omitted}")
+    fig.text(0.5, 0.005, omitted[:240], ha="center", fontsize=6, color="0.4")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
