@@ -71,7 +71,7 @@ SECTIONS = ("generate", "rewards", "consistency", "pairing", "prepare_other", "l
 def model_config(arch: str, tokenizer):
     "`Qwen2_5_VLConfig` of `arch` ('3B', '7B' or 'tiny') whose special-token ids are those of `tokenizer`."
     from transformers import Qwen2_5_VLConfig
-    from consistency_amp.training.models import QWEN2_5_VL_SPECIAL_TOKENS, tiny_qwen2_5_vl_config
+    from consistency_amp.training.tiny_models import QWEN2_5_VL_SPECIAL_TOKENS, tiny_qwen2_5_vl_config
     if arch == "tiny": return tiny_qwen2_5_vl_config(tokenizer)
     if arch not in ARCHITECTURES: raise ValueError(f"--arch must be one of 3B, 7B, tiny; got {arch!r}")
     spec = ARCHITECTURES[arch]

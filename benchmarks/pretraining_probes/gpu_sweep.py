@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import pretrain as P
 from consistency_amp.world.synthetic import default_world, SyntheticConfig
 from consistency_amp.world.task_splits import build_task_splits
-from consistency_amp.training.models import train_tiny_tokenizer
+from consistency_amp.training.tiny_models import train_tiny_tokenizer
 from transformers import Qwen2_5_VLForConditionalGeneration, GenerationConfig
 
 

@@ -5,7 +5,7 @@ python benchmarks/pretraining_probes/logic2.py STEPS [lr]"""
 import os, sys, time, json, numpy as np, torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pretrain as P
-from consistency_amp.training.models import train_tiny_tokenizer
+from consistency_amp.training.tiny_models import train_tiny_tokenizer
 from consistency_amp.world.tasks import RELATION_PHRASES, BOOLEAN_TASKS
 from transformers import Qwen2_5_VLForConditionalGeneration
 torch.set_num_threads(1); torch.manual_seed(0); import os; MODE = os.environ.get("MODE", "three"); THINK = os.environ.get("THINK", "steps")

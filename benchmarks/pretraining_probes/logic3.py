@@ -3,7 +3,7 @@ object the question claims is word0), answer W == C.  python benchmarks/pretrain
 import sys, time, os, numpy as np, torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pretrain as P
-from consistency_amp.training.models import train_tiny_tokenizer
+from consistency_amp.training.tiny_models import train_tiny_tokenizer
 from consistency_amp.world.tasks import RELATION_PHRASES, BOOLEAN_TASKS
 from transformers import Qwen2_5_VLForConditionalGeneration
 torch.set_num_threads(1); torch.manual_seed(0)

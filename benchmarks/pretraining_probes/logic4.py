@@ -8,7 +8,7 @@ from consistency_amp.training.pretraining import *
 from consistency_amp.training.pretraining import FACT_WORDS, fact_text, reword
 from consistency_amp.world.prompts import prompt_text
 from consistency_amp.world.tasks import ground_truth, RELATION_PHRASES
-from consistency_amp.training.models import train_tiny_tokenizer
+from consistency_amp.training.tiny_models import train_tiny_tokenizer
 from transformers import Qwen2_5_VLForConditionalGeneration
 torch.set_num_threads(1); torch.manual_seed(0)
 steps, lr, think = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from consistency_amp.training.models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer,
-                                    load_processor, TINY_MODEL)
+from consistency_amp.training.models import load_processor, TINY_MODEL
+from consistency_amp.training.tiny_models import QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer
 from consistency_amp.world.prompts import make_prompt, load_rgb, draw_markers, prompt_text, prompt_messages
 from consistency_amp.world.synthetic import default_world, SyntheticConfig
 from consistency_amp.world.task_splits import build_task_splits

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..core import check_choice
-from .models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
+from .tiny_models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
 from ..world.prompts import _visible_box, draw_markers, load_rgb, prompt_messages, prompt_text
 from ..world.tasks import BOOLEAN_TASKS, RELATION_PHRASES, TEMPLATES, Question, ground_truth
 from ..world.transforms import Transform, apply_transform, sample_transform, transform_question

@@ -35,7 +35,7 @@ def spatial_base_key(recipe: BaseRecipe) -> str:
     "Hash of the recipe, the code version and the versions of the libraries that shape the weights."
     import numpy, PIL, tokenizers, transformers
     from consistency_amp.world.synthetic import GENERATOR_VERSION
-    from consistency_amp.training.models import tiny_tokenizer_corpus
+    from consistency_amp.training.tiny_models import tiny_tokenizer_corpus
     parts = dict(recipe=recipe.to_dict(), version=PRETRAINING_VERSION, generator=GENERATOR_VERSION,
                  corpus=hashlib.sha256("\n".join(tiny_tokenizer_corpus()).encode()).hexdigest(),
                  libs=[torch.__version__, transformers.__version__, tokenizers.__version__, numpy.__version__, PIL.__version__])

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from ..files import build_once, cache_dir as default_cache_dir
-from .models import (LORA_TARGET_NAMES, TINY_TEXT_CONFIG, lora_config,
-    resolve_device, resolve_dtype, tiny_model_key, train_tiny_tokenizer)
+from .models import LORA_TARGET_NAMES, lora_config, resolve_device, resolve_dtype
+from .tiny_models import TINY_TEXT_CONFIG, tiny_model_key, train_tiny_tokenizer
 
 # %% auto #0
 __all__ = ['TINY_TEXT_MODEL', 'build_tiny_qwen2', 'tiny_text_model_path', 'load_text_model']
