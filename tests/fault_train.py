@@ -48,5 +48,5 @@ if __name__ == "__main__":
         Path(os.environ["FAULT_PID_DIR"], f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
     scripted_generation()
     if os.environ.get("FAULT_DISK_FULL_AT_STEP"): disk_full_at(int(os.environ["FAULT_DISK_FULL_AT_STEP"]))
-    from consistency_amp.training.train_cli import main
+    from consistency_amp.training.train import main
     main(sys.argv[1:])

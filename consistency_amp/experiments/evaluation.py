@@ -27,7 +27,7 @@ from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of
 from ..core import DEFAULT_MODEL, PAPER_MODELS, TINY_MODEL, check_choice, check_choices, check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
-from ..training.train import model_size
+from ..training.train_params import model_size
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from ..reward.verifiers import accuracy, consistency, format_reward, parse_answer
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..core import (check_choice, check_int, NOISE_LEVELS, PAIRINGS, PAPER_GPUS, PAPER_JOINT_STEPS,
                                   PAPER_MODEL_SIZES, PAPER_MODELS, PAPER_SETTINGS, REWARDS, SCALES)
 from ..training.runs import resolve_path, run_name
-from ..training.train import model_size as entry_model_size
+from ..training.train_params import model_size as entry_model_size
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS
 
 # %% auto #0

@@ -6,241 +6,30 @@
 from __future__ import annotations
 
 import logging
-import importlib.util
-import json
 import os
-import re
-from dataclasses import asdict, dataclass, field, fields
+import signal
+import sys
 from functools import partial
 from pathlib import Path
 
-from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
-                                  TINY_MODEL, check_choice, check_int)
-from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
 from .run_lock import release_run_lock
-from .runs import (check_run_name, checkpoint_step, CHECKPOINTS_DIR,
-                                           create_run, last_checkpoint, PARAM_KEYS, resolve_path, run_path, write_status)
+from .runs import (checkpoint_step, CHECKPOINTS_DIR, create_run, last_checkpoint, run_path,
+                                           write_status)
 from .model_card import save_final_adapter   # (train.save_final_adapter stays importable)
 from .run_callback import run_callback, StopRequest
-from .runs import run_name as default_run_name
 from ..reward.ssl import SSL_TASKS
-from ..world.tasks import BOOLEAN_TASKS, TASKS
+from ..core import console_logging
+from .run_callback import stop_signal_of
+from .train_params import TrainParams, as_params, load_kwargs, report_integrations   # (train.TrainParams stays importable)
+from .train_cli import WRITE_ERRNOS, end_process_group, parse_args, stopped_message
 
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['TRAIN_TASKS', 'TRAIN_REWARDS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'SET_BY_PARAMS',
-           'FLAG_PARAMS', 'report_integrations', 'model_size', 'load_kwargs', 'TrainParams', 'as_params', 'world_size',
-           'start_run', 'train_examples', 'trainer_config', 'load_for_training', 'cpu_threads', 'train_run',
-           'run_training']
-
-# %% ../../nbs/23_train_entry.ipynb #d5d8064a
-TRAIN_TASKS = TASKS + ("joint",)
-# the paired rewards (Section 4) and the self-supervised baselines' pretext tasks (Section 5.3, Figure 5 controlled)
-TRAIN_REWARDS = REWARDS + SSL_TASKS
-JOINT_TASKS = BOOLEAN_TASKS
-SOURCE_CHOICES = OMNI3D_SOURCES
-# transformers validates the integration names of `report_to`; these are the packages that some of them need, so
-# that a missing one is named before any model is loaded
-REPORT_TO_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "comet_ml": "comet_ml",
-                      "clearml": "clearml", "neptune": "neptune", "dvclive": "dvclive", "codecarbon": "codecarbon",
-                      "swanlab": "swanlab", "trackio": "trackio", "azure_ml": "azureml", "dagshub": "dagshub", "flyte": "flytekit"}
-
-def report_integrations(report_to: str) -> list[str]:
-    "The tracking integrations of `report_to` ('none', one name, or names joined by commas, as transformers takes them)."
-    names = [n.strip() for n in str(report_to).split(",") if n.strip()]
-    if not names or names == ["none"]: return []
-    for name in names:
-        package = REPORT_TO_PACKAGES.get(name)
-        if package and importlib.util.find_spec(package) is None:
-            raise ValueError(f"report_to={report_to!r}: {name} needs the {package} package: pip install {package}")
-    return names
-
-def model_size(model: str) -> str | None:
-    "'tiny' for the tiny model, '3B'/'7B'/... when the model's name says so, else None."
-    if model == TINY_MODEL: return "tiny"
-    m = re.search(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)B(?![A-Za-z])", Path(str(model)).name)
-    return f"{m.group(1)}B" if m else None
-
-# %% ../../nbs/23_train_entry.ipynb #3ae34ac7
-_TRUE, _FALSE, _NONE = ("true", "yes", "1", "on"), ("false", "no", "0", "off"), ("none", "null", "")
-
-def _number(name: str, value, low: float, strict: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (value <= low if strict else value < low):
-        raise ValueError(f"{name} must be a number {'>' if strict else '>='} {low}; got {value!r}")
-
-def _coerce(value, kind: str, name: str = "trainer_args"):
-    "A papermill / command-line string as the field `name`'s kind ('bool', 'optional', 'int', 'float', 'json')."
-    if not isinstance(value, str): return value
-    text = value.strip().lower()
-    if kind == "bool": return True if text in _TRUE else False if text in _FALSE else value
-    if kind.startswith("optional") and text in _NONE: return None
-    if kind == "json": 
-        try: return json.loads(value)
-        except json.JSONDecodeError: raise ValueError(f"{name} must be a JSON object; got {value!r}") from None
-    if kind.endswith("int") and re.fullmatch(r"[+-]?\d+", text): return int(text)
-    if kind.endswith("float"):
-        try: return float(text)
-        except ValueError: return value
-    return value
-
-# %% ../../nbs/23_train_entry.ipynb #1cf84b27
-# the trl.ModelConfig fields the loader takes (`model_args`), and the `models.load_model` keyword each becomes; the
-# others (quantisation, DoRA, rsLoRA, modules to save) are refused by name rather than silently ignored
-MODEL_ARGS = {"model_revision": "revision", "dtype": "dtype", "attn_implementation": "attn_implementation",
-              "use_peft": "lora", "lora_r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
-              "lora_target_modules": "target_modules"}
-
-def load_kwargs(model_args: dict | None) -> dict:
-    "The `load_model` keywords of a run's `model_args` (trl.ModelConfig fields); ValueError naming a field it cannot honour."
-    if model_args is None: return {}
-    if not isinstance(model_args, dict): raise ValueError(f"model_args must be a dict of trl.ModelConfig fields; got {model_args!r}")
-    if "model_name_or_path" in model_args: raise ValueError("model_args: give model_name_or_path as `model` (--model)")
-    if bad := sorted(set(model_args) - set(MODEL_ARGS)):
-        raise ValueError(f"model_args: {bad} not supported by this loader; supported trl.ModelConfig fields: {', '.join(MODEL_ARGS)}")
-    if model_args.get("use_peft", True) is not True:   # runs save, evaluate and share a LoRA adapter
-        raise ValueError("model_args: use_peft=False (full fine-tuning) is not supported: every run trains and saves a LoRA adapter")
-    return {MODEL_ARGS[k]: v for k, v in model_args.items() if k != "use_peft"}
-
-# %% ../../nbs/23_train_entry.ipynb #5bcf54e5
-# the OTGRPOConfig fields a run's TrainParams sets (`trainer_config`), and the TrainParams field each comes from: one
-# more setting of them in `trainer_args` (or a command-line flag) would say the same thing twice, and is refused
-SET_BY_PARAMS = {"max_steps": "steps", "output_dir": "runs_dir / run_name", "run_name": "run_name", "reward": "reward",
-                 "pairing": "pairing", "label_noise": "label_noise", "num_generations": "num_generations",
-                 "pairs_per_device": "pairs_per_device", "learning_rate": "learning_rate", "temperature": "temperature",
-                 "beta": "beta", "seed": "seed", "max_completion_length": "max_completion_length",
-                 "save_steps": "save_steps", "save_total_limit": "keep_checkpoints", "report_to": "report_to",
-                 "gradient_checkpointing": "gradient_checkpointing", "activation_checkpointing": "gradient_checkpointing",
-                 "model_name_or_path": "model"}
-
-# how a papermill / command-line string is read for a field, by the field's annotation (`_coerce`)
-_KINDS = {"bool": "bool", "bool | None": "optional bool", "int": "int", "int | None": "optional int", "float": "float",
-          "str | None": "optional", "dict | None": "json", "str": None}
-
-def _arg(help: str, default=None):
-    "A TrainParams field with its `--help` text (TRL's convention: the help lives on the field)."
-    return field(default=default, metadata={"help": help})
-
-# %% ../../nbs/23_train_entry.ipynb #e1a19da0
-@dataclass
-class TrainParams:
-    "Parameters of one training run (CPU defaults); checked when built, before anything heavy is imported."
-    task: str = _arg('A task of Section 3 (orientation, depth, size, relative_distance, counting, absolute_distance), or "joint": the four boolean tasks together.', "depth")
-    source: str = _arg('Training source (the paper trains on SUN RGB-D)', "SUNRGBD")
-    reward: str = _arg('"consistency" (label-free, paired) or "accuracy" (ground truth); or a self-supervised baseline\'s pretext task (Figure 5: ' + ", ".join(SSL_TASKS) + '), with task "joint"', "consistency")
-    pairing: str = _arg('"minimal" (OT-GRPO), "random" or "one_to_all".', "minimal")
-    model: str = _arg('Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)', DEFAULT_MODEL)
-    data_root: str | None = _arg('Omni3D root; None = the built-in synthetic world.', None)
-    steps: int = _arg('Optimizer steps (paper: 500)', 5)
-    num_generations: int = _arg('K, completions per prompt (paper: 8).', 4)
-    pairs_per_device: int = _arg("Prompt pairs (x, x') per device and step (paper: 4)", 1)
-    learning_rate: float = _arg('AdamW learning rate (paper: 1e-6).', 1e-6)
-    temperature: float = _arg('Sampling temperature (paper: 1.0)', 1.0)
-    beta: float = _arg('KL coefficient (paper: 0)', 0.0)
-    seed: int = _arg('Seed of the LoRA initialisation, the sampling and the data order.', 0)
-    label_noise: float = _arg('Accuracy reward only: fraction of flipped training labels (Section 5.4)', 0.0)
-    max_completion_length: int = _arg('New tokens per completion.', 32)
-    scale: str | None = _arg('"paper" / "mini" tag for the registry; None: inferred.', None)
-    run_name: str | None = _arg("The run folder's name; None: made from the parameters (runs.run_name).", None)
-    runs_dir: str | None = _arg('The runs folder; None: $CONSISTENCY_AMP_RUNS or <repo>/runs.', None)
-    resume: bool = _arg('Continue runs/<name> from its last checkpoint.', False)
-    overwrite: bool = _arg('Delete an existing runs/<name> and start again.', False)
-    save_steps: int = _arg('Checkpoint every N steps and at the end; 0: none (stop_after still saves)', 50)
-    keep_checkpoints: int | None = _arg('Newest checkpoints kept; None: all.', 2)
-    stop_after: int | None = _arg('Stop (with a checkpoint) after this many steps; resume later.', None)
-    report_to: str = _arg('"none", or transformers integrations joined by commas, e.g. "tensorboard,wandb".', "none")
-    gradient_checkpointing: bool | None = _arg('Recompute activations in the backward pass; None: on a GPU yes, on the CPU no.', None)
-    blind: bool = _arg('The blind control: every training image replaced by one grey image.', False)
-    marker_swap: bool = _arg("Beyond the paper: every x' also swaps the markers (closes the text-only shortcut; nbs/15_transforms.ipynb)", False)
-    trainer_args: dict | None = _arg('Further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}.', None)
-    model_args: dict | None = _arg(f'trl.ModelConfig fields for the loader, e.g. {{"lora_r": 16, "dtype": "bfloat16"}}; valid: {", ".join(MODEL_ARGS)}', None)
-
-    def __post_init__(self):
-        for f in fields(self):
-            if _KINDS[f.type]: setattr(self, f.name, _coerce(getattr(self, f.name), _KINDS[f.type], f.name))
-        check_choice("task", self.task, TRAIN_TASKS, " ('joint': the four boolean tasks together)")
-        check_choice("source", self.source, SOURCE_CHOICES)
-        check_choice("reward", self.reward, TRAIN_REWARDS)
-        if self.reward in SSL_TASKS and (self.task != "joint" or self.blind or self.marker_swap):
-            raise ValueError(f"reward={self.reward!r} is a pretext task on the training images of every task, with no "
-                             "prompt pairs: use task='joint' (and neither blind nor marker_swap)")
-        check_choice("pairing", self.pairing, PAIRINGS)
-        check_int("num_generations (the group size K)", self.num_generations, 2)
-        for name in ("steps", "pairs_per_device", "max_completion_length"): check_int(name, getattr(self, name), 1)
-        for name in ("seed", "save_steps"): check_int(name, getattr(self, name), 0)
-        check_int("keep_checkpoints", self.keep_checkpoints, 1, allow_none=True)
-        check_int("stop_after", self.stop_after, 1, allow_none=True)
-        _number("learning_rate", self.learning_rate, 0, strict=True)
-        _number("temperature", self.temperature, 0, strict=True)
-        _number("beta", self.beta, 0, strict=False)
-        _number("label_noise", self.label_noise, 0, strict=False)
-        if self.label_noise > 1: raise ValueError(f"label_noise must be a probability in [0, 1]; got {self.label_noise!r}")
-        if self.label_noise > 0 and self.reward != "accuracy":
-            raise ValueError(f"label_noise={self.label_noise} corrupts the labels of the accuracy reward; with "
-                             f"reward={self.reward!r} no label is read: use reward='accuracy' or label_noise=0")
-        if self.label_noise > 0 and self.task not in JOINT_TASKS + ("joint",):
-            raise ValueError(f"label_noise flips boolean labels; task {self.task!r} is numeric")
-        for name in FLAG_PARAMS:
-            if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be true or false; got {getattr(self, name)!r}")
-        if self.resume and self.overwrite: raise ValueError("resume and overwrite contradict each other: choose one")
-        if self.gradient_checkpointing not in (None, True, False):
-            raise ValueError(f"gradient_checkpointing must be true, false or None; got {self.gradient_checkpointing!r}")
-        report_integrations(self.report_to)
-        if self.scale is not None: check_choice("scale", self.scale, SCALES)
-        if not isinstance(self.model, str) or not self.model.strip(): raise ValueError(f"model must be a name or path; got {self.model!r}")
-        if self.trainer_args is not None and not isinstance(self.trainer_args, dict):
-            raise ValueError(f"trainer_args must be a dict of OTGRPOConfig fields; got {self.trainer_args!r}")
-        if twice := sorted(set(self.trainer_args or {}) & set(SET_BY_PARAMS)):   # it would silently win over the field
-            raise ValueError(f"trainer_args: {twice[0]} is set by {SET_BY_PARAMS[twice[0]]}: give that instead")
-        load_kwargs(self.model_args)                     # a ModelConfig field the loader does not take: refused now
-        if self.run_name is not None: check_run_name(self.run_name)
-        if self.data_root is not None: self.data_root = str(self._check_data_root(self.data_root))
-
-    def _check_data_root(self, data_root) -> Path:
-        root = resolve_path(data_root)
-        if not root.is_dir():
-            raise ValueError(f"data_root {str(data_root)!r} does not exist (resolved to {root}; relative paths are taken "
-                             "from the repository root). Give an Omni3D root holding Omni3D/<source>_<split>.json, or "
-                             "None for the built-in synthetic world")
-        for split in OMNI3D_SPLITS:
-            try: omni3d_json_path(root, self.source, split); return root
-            except FileNotFoundError: pass
-        raise ValueError(f"data_root {root} holds no {self.source}_{{{','.join(OMNI3D_SPLITS)}}}.json (looked in "
-                         f"{root}, {root / 'Omni3D'} and {root / 'datasets' / 'Omni3D'})")
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        "The tasks trained on: the four boolean tasks for 'joint', else the task itself."
-        return JOINT_TASKS if self.task == "joint" else (self.task,)
-
-    @property
-    def name(self) -> str:
-        "The run's name: `run_name`, else made from the parameters."
-        return self.run_name or default_run_name(self.record())
-
-    def record(self) -> dict:
-        "The run's params.json: the contract keys (kind, name, model_size, scale, ...) and every parameter."
-        size = model_size(self.model)
-        paper = all(getattr(self, k) == PAPER_SETTINGS[k] for k in ("steps", "num_generations", "pairs_per_device", "learning_rate"))
-        record = dict(kind="train", name=self.run_name, model_size=size) | asdict(self)
-        record["scale"] = self.scale or ("paper" if paper and size in PAPER_MODEL_SIZES else "mini")
-        if record["name"] is None: record["name"] = default_run_name(record)
-        return {k: record[k] for k in PARAM_KEYS} | {k: v for k, v in record.items() if k not in PARAM_KEYS}
-
-# %% ../../nbs/23_train_entry.ipynb #31f70c95
-FLAG_PARAMS = tuple(f.name for f in fields(TrainParams) if f.type == "bool")   # the on/off flags
+__all__ = ['world_size', 'start_run', 'train_examples', 'trainer_config', 'load_for_training', 'cpu_threads', 'train_run',
+           'run_training', 'main', 'cli']
 
 # %% ../../nbs/23_train_entry.ipynb #c5893031
-def as_params(params: TrainParams | dict | None = None, **overrides) -> TrainParams:
-    "`params` (a TrainParams or a dict of its fields) with `overrides`; unknown names are an error listing the valid ones."
-    if isinstance(params, TrainParams): params = asdict(params)
-    values = dict(params or {}) | overrides
-    if "K" in values: values["num_generations"] = values.pop("K")
-    valid = [f.name for f in fields(TrainParams)]
-    if unknown := sorted(set(values) - set(valid)):
-        raise ValueError(f"unknown training parameter(s) {unknown}; valid: {', '.join(valid)}")
-    return TrainParams(**values)
-
 def world_size() -> int: return int(os.environ.get("WORLD_SIZE", "1"))
 
 def start_run(params: TrainParams) -> Path:
@@ -371,7 +160,40 @@ def run_training(params: TrainParams | dict | None = None, **overrides) -> Path:
     run_dir = start_run(params) if world_size() == 1 else None
     return train_run(params, run_dir)[0]
 
+# %% ../../nbs/23_train_entry.ipynb #ba13882d
+def main(argv: list[str] | None = None) -> Path:
+    "Entry point of `python -m consistency_amp.training.train`: parse, `start_run`, `train_run` (as `run_training`), print the run folder; stopped by a signal, say how to resume and exit with 128 + its number."
+    console_logging()
+    try:                                          # bad parameters and existing runs: a message, not a traceback
+        params = parse_args(argv)
+        run_dir = start_run(params) if world_size() == 1 else None
+    except (ValueError, FileExistsError) as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    try: run_dir, trainer = train_run(params, run_dir)
+    except KeyboardInterrupt:                     # the second Ctrl-C: no traceback, the run is resumable
+        if rank0: print(stopped_message(params, "SIGINT (twice: at once)", argv), file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+    except FileExistsError as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")   # under torchrun: a live run
+    except OSError as e:                          # a full disk, a quota, a read-only mount: say which file, keep the rest
+        if e.errno not in WRITE_ERRNOS: raise
+        sys.exit(f"python -m consistency_amp.training.train: error: could not write {e.filename or 'a file'}: {e.strerror}. "
+                 "Every file written before is intact (each is written under a temporary name, then renamed); make "
+                 "room and continue with the same command and --resume")
+    signum, step = stop_signal_of(trainer), trainer.state.global_step
+    del trainer                                    # its DDP model must go before the process group: end_process_group
+    end_process_group()
+    if signum:                                     # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
+        if rank0: print(stopped_message(params, signal.Signals(signum).name, argv, step), file=sys.stderr)
+        sys.exit(128 + signum)
+    if rank0: print(f"run folder: {run_dir}")
+    return run_dir
+
+# %% ../../nbs/23_train_entry.ipynb #00583d48
+def cli(argv: list[str] | None = None) -> int:
+    "`main` for the console script `consistency-amp-train` (exit status 0; errors exit through `main`)."
+    main(argv)
+    return 0
+
 # %% ../../nbs/23_train_entry.ipynb #f87ceccb
 if __name__ == "__main__" and "get_ipython" not in globals():   # python -m consistency_amp.training.train, not a notebook
-    from consistency_amp.training.train_cli import main           # the command line: nbs/23a_train_cli.ipynb
     main()
