@@ -3,6 +3,10 @@
 From the bottom: the top-level modules every layer uses (`core`, `files`), then `reward`, `world`, `training` and
 `experiments`. A module may import from its own layer and the layers below it, never from one above: the reward does
 not know about worlds or trainers, and nothing below `experiments` knows about figures. Imports inside functions count.
+
+Within a layer, no two modules import each other, directly or round a longer loop: each module can be read after the
+ones it imports. (An entry module's `if __name__ == "__main__"` block counts too: the command line of
+`python -m consistency_amp.training.train` lives in that module, beside what it runs.)
 """
 import ast
 from pathlib import Path
@@ -48,6 +52,31 @@ def upward_imports(package: Path) -> list[tuple[str, str]]:
     return bad
 
 
+def import_graph(package: Path) -> dict[str, set[str]]:
+    "{module: the package's modules it imports}, at any depth of its file (packages' `__init__` count as modules)."
+    names = {".".join(("consistency_amp",) + p.relative_to(package).with_suffix("").parts): p
+             for p in sorted(package.rglob("*.py")) if p.stem != "_modidx"}
+    return {m: {o for o in imports(p, package) if o in names and o != m} for m, p in names.items()}
+
+
+def import_circles(package: Path) -> list[list[str]]:
+    "Every set of modules that import each other round a loop (the strongly connected components of more than one)."
+    graph, index, low, stack, on_stack, circles = import_graph(package), {}, {}, [], set(), []
+    def visit(v):                                    # Tarjan's algorithm
+        index[v] = low[v] = len(index); stack.append(v); on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index: visit(w); low[v] = min(low[v], low[w])
+            elif w in on_stack: low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop()); on_stack.discard(component[-1])
+            if len(component) > 1: circles.append(sorted(component))
+    for v in sorted(graph):
+        if v not in index: visit(v)
+    return sorted(circles)
+
+
 def test_every_module_has_a_layer():
     assert {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()} == set(LAYERS[1:])
     assert {p.stem for p in PKG.glob("*.py")} == {"__init__", "_modidx", "core", "files"} | {a.split(".")[-1] for a in ENTRY_ALIASES}
@@ -77,3 +106,24 @@ def test_an_upward_import_is_found(tmp_path):
     assert upward_imports(package) == [("consistency_amp.reward.pairing", "consistency_amp.training.trainer")]
     (package / "reward" / "pairing.py").write_text("import consistency_amp.training.trainer\n")
     assert upward_imports(package) == [("consistency_amp.reward.pairing", "consistency_amp.training.trainer")]
+
+
+def test_no_import_circles():
+    assert import_circles(PKG) == []
+
+
+def test_an_import_circle_is_found(tmp_path):
+    package = tmp_path / "consistency_amp"
+    (package / "experiments").mkdir(parents=True)
+    (package / "experiments" / "__init__.py").write_text("")
+    (package / "experiments" / "runner.py").write_text("from .design import Config\ndef main():\n    from .report import report\n")
+    (package / "experiments" / "design.py").write_text("class Config: pass\n")
+    (package / "experiments" / "report.py").write_text("from .design import Config\nfrom .figures import draw\n")
+    (package / "experiments" / "figures.py").write_text("def draw():\n    pass\n")
+    assert import_circles(package) == []             # a chain: runner -> report -> figures, all -> design
+    (package / "experiments" / "figures.py").write_text("def draw():\n    from consistency_amp.experiments.runner import main\n")
+    assert import_circles(package) == [["consistency_amp.experiments.figures", "consistency_amp.experiments.report",
+                                        "consistency_amp.experiments.runner"]]   # round three, in a function
+    (package / "experiments" / "design.py").write_text("from . import report\n")
+    assert import_circles(package) == [["consistency_amp.experiments.design", "consistency_amp.experiments.figures",
+                                        "consistency_amp.experiments.report", "consistency_amp.experiments.runner"]]

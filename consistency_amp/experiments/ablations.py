@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .experiment import (eval_examples, ABLATION_TASKS, EVAL_NAME, FIGURE8_CONDITIONS, ExperimentConfig,
+from .experiment_design import (eval_examples, ABLATION_TASKS, EVAL_NAME, FIGURE8_CONDITIONS, ExperimentConfig,
                                                     eval_file, experiment_dir, run_name_of, seeds_of)
 from ..core import NOISE_LEVELS
+from .plotting import write_figure
 from ..reward.baseline import exact_fraction
 from ..world.tasks import BOOLEAN_TASKS
 
@@ -290,17 +291,16 @@ def merge_science(out_dir, table: pd.DataFrame) -> list[Path]:
 
 def report_ablations(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
     "Figures 8 and 6 per task from the finished runs, and their science rows; the paths written (none if no run finished)."
-    from consistency_amp.experiments.experiment_report import save_figure
     out, paths, tables = Path(out_dir), [], []
     if rows := figure8_rows(config, runs_dir, resamples):
         out.mkdir(parents=True, exist_ok=True)
-        paths += save_figure(plot_figure8(rows, training_reward_rows(config, runs_dir)), out, "science_fig8_pairing_per_task")
+        paths += write_figure(plot_figure8(rows, training_reward_rows(config, runs_dir)), out, "science_fig8_pairing_per_task")
         pd.DataFrame([{k: v for k, v in r.items() if k != "per_seed"} for r in rows]).to_csv(
             out / "science_fig8_pairing_per_task.csv", index=False)
         paths.append(out / "science_fig8_pairing_per_task.csv"); tables.append(figure8_science_rows(rows))
     if noise := figure6_rows(config, runs_dir, resamples):
         out.mkdir(parents=True, exist_ok=True)
-        paths += save_figure(plot_figure6(noise), out, "science_fig6_label_noise_per_task")
+        paths += write_figure(plot_figure6(noise), out, "science_fig6_label_noise_per_task")
         pd.DataFrame([dict(task=r["task"], p=p, **v) for r in noise for p, v in r["levels"].items() if v]).to_csv(
             out / "science_fig6_label_noise_per_task.csv", index=False)
         paths.append(out / "science_fig6_label_noise_per_task.csv"); tables.append(figure6_science_rows(noise))

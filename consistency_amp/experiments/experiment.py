@@ -7,163 +7,29 @@ from __future__ import annotations
 
 import logging
 import argparse
-import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
-import numpy as np
-
-from ..core import console_logging, NOISE_LEVELS   # Section 5.4: the flipped-label fractions
+from ..core import console_logging
 from .manifest import SOURCE      # SUN RGB-D
 from .sampling import SAMPLED_EVAL_NAME, evaluate_sampled
-from .science import CONDITIONS, check_outcomes
-from ..reward.ssl import SSL_TASKS
-from ..world.synthetic import SyntheticConfig
 from ..world.tasks import BOOLEAN_TASKS
 
 _logger = logging.getLogger(__name__)
+from consistency_amp.experiments.experiment_design import (CONDITION_OVERRIDES, EVAL_NAME, EVALUATED_ONLY,
+    FULL_CONDITIONS, HELD_OUT_EVAL_NAME, ExperimentConfig, _damaged, eval_file, eval_names, experiment_dir, jobs,
+    missing_jobs, run_name_of, world_config)   # (experiment.ExperimentConfig and the rest stay importable)
+from .experiment_report import report
+
 
 # %% auto #0
-__all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS',
-           'ABLATION_TASKS', 'FIGURE8_CONDITIONS', 'FIGURE8_SEEDS', 'FIGURE6_CONDITIONS', 'FIGURE5_CONDITIONS',
-           'SSL_COMPLETION_LENGTH', 'FULL_CONDITIONS', 'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME',
-           'HELD_OUT_EVAL_NAME', 'SAMPLED_CONDITIONS', 'ExperimentConfig', 'world_config', 'run_name_of',
-           'train_params', 'experiment_dir', 'eval_file', 'eval_examples', 'eval_names', 'run_job', 'seeds_of', 'jobs',
-           'missing_jobs', 'launch', 'outcomes', 'argument_parser', 'main']
-
-# %% ../../nbs/46_experiment.ipynb #adcb36d4
-def _f(default, help: str): return field(default=default, metadata={"help": help})
-
-# The default: the base, the accuracy reward, and the label-free consistency reward with its blind control, in the
-# form that measures something here: with the marker swap on every pair (the paper's own set collapses in miniature,
-# `figures/README.md`; it runs under --full). Their sampled answers are evaluated too (SAMPLED_CONDITIONS, below).
-DEFAULT_CONDITIONS = ("base", "accuracy", "consistency_marker_swap", "blind_marker_swap")
-SCIENCE_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap",
-                      "consistency_random", "consistency_one_to_all", "no_ability_base", "no_ability_consistency") + tuple(
-    f"accuracy_noise{p:g}" for p in NOISE_LEVELS)                   # the science table's rows (`consistency_amp.experiments.science`)
-# Figures 2-4 in miniature: each boolean task trained alone, from each base ("_small": the base that stands in for 3B),
-# evaluated on every task and on the held-out source. The rewards are those of the joint conditions of the same name
-# (their overrides); consistency with the marker swap, beyond the paper, from the large base only (the small base
-# gains nothing on its own tasks even with labels). {condition: (task, reward, start)}
-PER_TASK_REWARDS = ("accuracy", "consistency", "consistency_marker_swap")
-PER_TASK_CONDITIONS = {f"{task}_{reward}{size}": (task, reward, start)
-                       for size, start, rewards in (("", "base", PER_TASK_REWARDS), ("_small", "base_small", PER_TASK_REWARDS[:2]))
-                       for task in BOOLEAN_TASKS for reward in rewards}
-FIGURE_CONDITIONS = ("base_small",) + tuple(PER_TASK_CONDITIONS)
-# The ablations measured where the effect lives (issue 24): depth and size trained alone from the large base with
-# consistency and the marker swap, whose minimal pairing is `<task>_consistency_marker_swap` above. Figure 8: the
-# other pairings, with at least FIGURE8_SEEDS seeds for all three (`seeds_of`). {condition: (task, pairing)}
-ABLATION_TASKS = ("depth", "size")
-FIGURE8_CONDITIONS = {f"{task}_consistency_marker_swap_{pairing}": (task, pairing)
-                      for task in ABLATION_TASKS for pairing in ("random", "one_to_all")}
-FIGURE8_SEEDS = 5   # the paper's margins are 1-2 pp: the power estimate in nbs/47b_ablations.ipynb
-# Figure 6: the accuracy reward with a fraction p of the training labels flipped, against consistency (marker swap).
-FIGURE6_CONDITIONS = {f"{task}_accuracy_noise{p:g}": (task, p) for task in ABLATION_TASKS for p in NOISE_LEVELS}
-# Figure 5, controlled: each self-supervised baseline's pretext task (nbs/18_ssl_tasks) trained as a reward on the same
-# training images, with the same budget, from the large base warmed up on the pretext answer layouts with random
-# answers (`training.pretext_base`: the base itself never writes a pretext answer, so its pretext reward is always 0);
-# evaluated like every run, and so is the warmed base ("pretext_base"). {condition: pretext task}
-FIGURE5_CONDITIONS = {f"ssl_{task}": task for task in SSL_TASKS}
-SSL_COMPLETION_LENGTH = 32   # new tokens of a pretext completion: a 3x3 jigsaw answer in the layout takes 28 and the end of turn
-FULL_CONDITIONS = (SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS) + tuple(FIGURE6_CONDITIONS)
-                   + ("pretext_base",) + tuple(FIGURE5_CONDITIONS))
-
-@dataclass(frozen=True)
-class ExperimentConfig:
-    "The miniature experiment: model, worlds, seeds, conditions and the GRPO settings every condition shares."
-    model: str = _f("spatial-base-large", "base model: a shipped spatial base, a Hub id or a folder")
-    world_seed: int = _f(0, "seed of the synthetic world trained and tested on (the pretraining world is seed 7919)")
-    val_world_seed: int = _f(1, "seed of the val world the settings were chosen on (never reported)")
-    images: int = _f(2400, "images of the synthetic SUN RGB-D world; task_splits holds 20% of them out per task")
-    seeds: tuple = _f((0, 1, 2), "training seeds of every trained condition")
-    conditions: tuple = _f(DEFAULT_CONDITIONS, f"conditions to run; valid: {', '.join(FULL_CONDITIONS)}")
-    steps: int = _f(80, "GRPO steps of each run (chosen on the val world: benchmarks/pretraining_probes/README.md)")
-    num_generations: int = _f(8, "K, completions per prompt")
-    pairs_per_device: int = _f(2, "prompt pairs (x, x') per step")
-    learning_rate: float = _f(2e-4, "AdamW learning rate of the LoRA adapter (1e-3 collapses, 3e-4 is unstable at 60 steps)")
-    temperature: float = _f(1.0, "sampling temperature")
-    beta: float = _f(0.0, "KL coefficient")
-    max_completion_length: int = _f(24, "new tokens per completion (the base's answers take 23)")
-    eval_per_task: int = _f(300, "held-out test examples per task (the first N of task_splits' test split)")
-    eval_batch_size: int = _f(128, "prompts per generate call when evaluating")
-
-    def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("seeds", "conditions"):
-                if isinstance(value, (str, int)) or not value: raise ValueError(f"ExperimentConfig.{f.name} must be a non-empty list; got {value!r}")
-                object.__setattr__(self, f.name, tuple(value))
-            elif f.name == "model":
-                if not isinstance(value, str) or not value: raise ValueError(f"ExperimentConfig.model must be a name or folder; got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and f.name not in ("beta", "world_seed", "val_world_seed")):
-                raise ValueError(f"ExperimentConfig.{f.name} must be a positive number; got {value!r}")
-        if bad := [c for c in self.conditions if c not in FULL_CONDITIONS]:
-            raise ValueError(f"ExperimentConfig.conditions: unknown {bad}; valid choices: {', '.join(FULL_CONDITIONS)}")
-        if bad := [s for s in self.seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]:
-            raise ValueError(f"ExperimentConfig.seeds must be non-negative integers; got {bad}")
-        from consistency_amp.training.pretraining import BaseRecipe   # the pretraining world's seed is the recipe's
-        if self.world_seed in (self.val_world_seed, BaseRecipe().world_seed):
-            raise ValueError(f"ExperimentConfig.world_seed {self.world_seed} is the val or the pretraining world's seed")
-
-    @property
-    def digest(self) -> str:
-        "A short hash of what the runs depend on (not `conditions` or `seeds`: adding some reuses the others)."
-        keep = {k: v for k, v in asdict(self).items() if k not in ("conditions", "seeds")}
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
-
-# %% ../../nbs/46_experiment.ipynb #c43e7841
-def world_config(config: ExperimentConfig, val: bool = False, source: str = SOURCE) -> SyntheticConfig:
-    "The synthetic world of the experiment (or, with `val`, the one the settings were chosen on) of one source."
-    n = config.images
-    return SyntheticConfig(seed=config.val_world_seed if val else config.world_seed, sources=(source,),
-                           n_images_per_split={"train": n - 2 * (n // 6), "val": n // 6, "test": n // 6})
-
-# %% ../../nbs/46_experiment.ipynb #bd4b7c22
-CONDITION_OVERRIDES = {
-    "accuracy": dict(reward="accuracy"),
-    "consistency": dict(reward="consistency", pairing="minimal"),
-    "consistency_random": dict(reward="consistency", pairing="random"),
-    "consistency_one_to_all": dict(reward="consistency", pairing="one_to_all"),
-    "blind": dict(reward="consistency", pairing="minimal", blind=True),
-    "consistency_marker_swap": dict(reward="consistency", pairing="minimal", marker_swap=True),   # beyond the paper
-    "blind_marker_swap": dict(reward="consistency", pairing="minimal", blind=True, marker_swap=True),
-    "no_ability_consistency": dict(reward="consistency", pairing="minimal", start="no_ability_base"),
-} | {f"accuracy_noise{p:g}": dict(reward="accuracy", label_noise=p) for p in NOISE_LEVELS}
-CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES[reward] | dict(task=task, start=start)    # a per-task run: its reward's
-                        for name, (task, reward, start) in PER_TASK_CONDITIONS.items()}   # joint overrides, on one task
-CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES["consistency_marker_swap"] | dict(task=task, start="base", pairing=pairing)
-                        for name, (task, pairing) in FIGURE8_CONDITIONS.items()}
-CONDITION_OVERRIDES |= {name: CONDITION_OVERRIDES[f"accuracy_noise{p:g}"] | dict(task=task, start="base")
-                        for name, (task, p) in FIGURE6_CONDITIONS.items()}
-CONDITION_OVERRIDES |= {name: dict(reward=task, start="pretext_base", max_completion_length=SSL_COMPLETION_LENGTH)
-                        for name, task in FIGURE5_CONDITIONS.items()}   # task: joint (the pretext images)
-def _no_ability_model(config) -> str:
-    from consistency_amp.training.spatial_bases import NO_ABILITY_BASE   # (imported late: the module loads torch)
-    return NO_ABILITY_BASE
-
-def _small_model(config) -> str:
-    from consistency_amp.training.spatial_bases import STANDS_IN_FOR     # the shipped base that stands in for 3B
-    return next(name for name, size in STANDS_IN_FOR.items() if size == "3B")
-
-# the conditions that evaluate a model as it is, and that model; a trained condition starts from the model of one
-# of them (its `start`, by default "base")
-def _pretext_model(config) -> str:
-    from consistency_amp.training.pretext_base import pretext_base_path   # built on first use (about 2 minutes)
-    return str(pretext_base_path(config.model))
-
-EVALUATED_ONLY = {"base": lambda config: config.model, "no_ability_base": _no_ability_model, "base_small": _small_model,
-                  "pretext_base": _pretext_model}
-assert set(CONDITION_OVERRIDES) | set(EVALUATED_ONLY) == set(FULL_CONDITIONS) and set(SCIENCE_CONDITIONS) <= set(CONDITIONS)
-
-def run_name_of(condition: str, seed: int) -> str:
-    "The run folder's name: the condition for a model evaluated as it is (once: greedy decoding has no seed), else '<condition>-seed<seed>'."
-    return condition if condition in EVALUATED_ONLY else f"{condition}-seed{seed}"
+__all__ = ['train_params', 'run_job', 'launch', 'argument_parser', 'main']
 
 # %% ../../nbs/46_experiment.ipynb #5e7e3b96
 def train_params(config: ExperimentConfig, condition: str, seed: int, data_root, runs_dir):
@@ -176,43 +42,6 @@ def train_params(config: ExperimentConfig, condition: str, seed: int, data_root,
                   seed=seed, save_steps=0, scale="mini", data_root=os.fspath(data_root), runs_dir=os.fspath(runs_dir),
                   run_name=run_name_of(condition, seed))
     return TrainParams(**shared | overrides)
-
-# %% ../../nbs/46_experiment.ipynb #9e74adfe
-EVAL_NAME, HELD_OUT_EVAL_NAME = "test", "test-kitti"   # the SUN RGB-D test split; KITTI's (held out: never trained on)
-
-def experiment_dir(config: ExperimentConfig, runs_dir=None) -> Path:
-    "The folder of the experiment's runs: `<runs>/experiment-<digest>` (runs: $CONSISTENCY_AMP_RUNS or <repo>/runs)."
-    from consistency_amp.training.runs import runs_dir as default_runs
-    return default_runs(runs_dir) / f"experiment-{config.digest}"
-
-def eval_file(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, eval_name: str = EVAL_NAME) -> Path:
-    return experiment_dir(config, runs_dir) / run_name_of(condition, seed) / "eval" / f"{eval_name}.json"
-
-def _damaged(path: Path) -> str | None:
-    "What is wrong with the evaluation file `path`, None if it is a JSON object (a missing file: 'missing')."
-    if not path.is_file(): return "missing"
-    try: value = json.loads(path.read_bytes())
-    except ValueError as e: return f"not valid JSON ({e}), cut short or damaged"
-    return None if isinstance(value, dict) else "not a JSON object"
-
-def eval_examples(path) -> list[dict]:
-    "The per-question records of an experiment's evaluation file; a damaged one is a ValueError naming it and the way to redo it."
-    path = Path(path)
-    problem = _damaged(path)
-    if problem is None and not isinstance(examples := json.loads(path.read_bytes()).get("examples"), list): problem = "no 'examples' list"
-    if problem: raise ValueError(f"{path}: {problem}; run the experiment again: its job sets a damaged file aside and evaluates anew")
-    return examples
-
-# the conditions whose sampled answers are compared (`experiments.sampling`): the base, both rewards, the blind controls;
-# evaluated whenever the default's conditions are all run (so a toy subset of conditions stays cheap)
-SAMPLED_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap")
-
-def eval_names(config: ExperimentConfig, condition: str) -> tuple[str, ...]:
-    "The evaluations a job leaves: the SUN RGB-D test split; KITTI's for Figure 4 (the per-task runs and their bases); the sampled answers (SAMPLED_CONDITIONS) when the default's conditions are all run."
-    figures = any(c in PER_TASK_CONDITIONS for c in config.conditions)
-    kitti = condition in PER_TASK_CONDITIONS or condition == "base_small" or (condition == "base" and figures)
-    sampled = condition in SAMPLED_CONDITIONS and set(DEFAULT_CONDITIONS) <= set(config.conditions)
-    return (EVAL_NAME,) + ((HELD_OUT_EVAL_NAME,) if kitti else ()) + ((SAMPLED_EVAL_NAME,) if sampled else ())
 
 # %% ../../nbs/46_experiment.ipynb #90d78d69
 def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, progress: bool = False) -> Path:
@@ -251,23 +80,6 @@ def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, 
         if name == SAMPLED_EVAL_NAME: evaluate_sampled(config.model, run, adapter=run / "adapter", **sample)
         else: evaluate_run(run, name, runs_dir=folder, **shared | where[name])
     return out
-
-# %% ../../nbs/46_experiment.ipynb #f3a360cb
-def seeds_of(config: ExperimentConfig, condition: str) -> tuple[int, ...]:
-    "The training seeds of `condition`: the config's, topped up to FIGURE8_SEEDS for the three pairings of Figure 8."
-    seeds = config.seeds
-    if (condition in FIGURE8_CONDITIONS or f"{condition}_random" in FIGURE8_CONDITIONS) and len(seeds) < FIGURE8_SEEDS:
-        seeds += tuple(s for s in range(max(seeds) + FIGURE8_SEEDS + 1) if s not in seeds)[:FIGURE8_SEEDS - len(seeds)]
-    return seeds
-
-def jobs(config: ExperimentConfig) -> list[tuple[str, int]]:
-    "Every (condition, seed) of the experiment; a model evaluated as it is (the base), once."
-    once = [(c, 0) for c in config.conditions if c in EVALUATED_ONLY]
-    return once + [(c, s) for c in config.conditions if c not in EVALUATED_ONLY for s in seeds_of(config, c)]
-
-def missing_jobs(config: ExperimentConfig, runs_dir=None) -> list[tuple[str, int]]:
-    return [(c, s) for c, s in jobs(config)
-            if any(_damaged(eval_file(config, c, s, runs_dir, name)) for name in eval_names(config, c))]
 
 # %% ../../nbs/46_experiment.ipynb #b3c08cb5
 def _job_command(config: ExperimentConfig, condition: str, seed: int, runs_dir) -> list[str]:
@@ -309,21 +121,6 @@ def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tu
     if failed: raise RuntimeError(f"{len(failed)} experiment job(s) failed; see {', '.join(map(str, failed))}")
     return todo
 
-# %% ../../nbs/46_experiment.ipynb #e77f11f8
-def outcomes(config: ExperimentConfig, runs_dir=None) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-    "({condition: seeds x examples}, the example uids, their tasks) of every finished job of the science table's conditions."
-    by_condition, uids = {}, None
-    for condition, seed in jobs(config):
-        if condition not in SCIENCE_CONDITIONS: continue   # Figures 2-4's runs: `consistency_amp.experiments.experiment_figures`
-        path = eval_file(config, condition, seed, runs_dir)
-        if not path.is_file(): continue
-        records = sorted(eval_examples(path), key=lambda r: r["uid"])
-        if uids is None: uids, tasks = [r["uid"] for r in records], [r["task"] for r in records]
-        elif [r["uid"] for r in records] != uids:
-            raise ValueError(f"{path}: evaluated on other test examples than the rest of the experiment")
-        by_condition.setdefault(condition, []).append([float(r["accuracy"] or 0.0) for r in records])
-    return check_outcomes(by_condition), uids or [], tasks if uids else []
-
 # %% ../../nbs/46_experiment.ipynb #96917829
 def argument_parser() -> argparse.ArgumentParser:
     "One option per `ExperimentConfig` field (with its help), plus --full, --workers, --runs-dir and --out-dir."
@@ -358,7 +155,6 @@ def main(argv: list[str] | None = None) -> list[Path]:
     print(f"experiment-{config.digest}: {len(missing_jobs(config, args.runs_dir))} of {len(jobs(config))} jobs to run "
           f"({experiment_dir(config, args.runs_dir)})", flush=True)
     launch(config, args.runs_dir, args.workers)
-    from consistency_amp.experiments.experiment_report import report   # (imported late: it imports this module)
     paths = report(config, args.runs_dir, args.out_dir)
     print(f"experiment-{config.digest}: {time.time() - start:.0f} s; wrote", *paths, sep="\n  ")
     return paths

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .experiment import (eval_examples, EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, PER_TASK_REWARDS,
+from .experiment_design import (eval_examples, EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, PER_TASK_REWARDS,
                                                     SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs)
-from .experiment_report import CONDITION_COLOURS, save_figure
+from .plotting import CONDITION_COLOURS, write_figure
 from .sampling import SAMPLED_EVAL_NAME
 from .science import bootstrap, gain_ratio, science_summary
 from ..world.tasks import BOOLEAN_TASKS
@@ -218,7 +218,7 @@ def _write_csv(rows: list[dict], out: Path, name: str) -> Path:
         writer = csv.DictWriter(f, keys, extrasaction="ignore"); writer.writeheader(); writer.writerows(rows)
     return out / f"{name}.csv"
 
-def _write(fig, rows: list[dict], out: Path, name: str) -> list[Path]: return save_figure(fig, out, name) + [_write_csv(rows, out, name)]
+def _write(fig, rows: list[dict], out: Path, name: str) -> list[Path]: return write_figure(fig, out, name) + [_write_csv(rows, out, name)]
 
 def report_figures(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 1000) -> list[Path]:
     "Write Figures 2-4 in miniature (science_fig2_same_task, science_fig3_cross_task, science_fig4_cross_domain), the per-task gain ratios (science_per_task.csv) and the sampled answers (science_sampled) where their runs exist."

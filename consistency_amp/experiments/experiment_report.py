@@ -5,23 +5,23 @@
 # %% ../../nbs/46a_experiment_report.ipynb #5346a291
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
-from ..core import NOISE_LEVELS
-from . import plotting
-from .experiment import (eval_examples, SCIENCE_CONDITIONS, SOURCE, ExperimentConfig, eval_file,
-                                                    experiment_dir, jobs, outcomes, run_name_of, world_config)
+from .ablations import report_ablations
+from .experiment_design import (eval_examples, SCIENCE_CONDITIONS, SOURCE, ExperimentConfig,
+                                                           eval_file, experiment_dir, jobs, outcomes, run_name_of, world_config)
+from .experiment_figures import miniature_summary, report_figures
+from .plotting import CONDITION_COLOURS, write_figure
+from .ssl_baselines import report_figure5
 from ..world.tasks import BOOLEAN_TASKS
 
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['CONDITION_COLOURS', 'task_intervals', 'plot_task_accuracy', 'train_logs', 'save_figure', 'report', 'claim_rows',
-           'plot_claim_constancy']
+__all__ = ['task_intervals', 'plot_task_accuracy', 'train_logs', 'report', 'claim_rows', 'plot_claim_constancy']
 
 # %% ../../nbs/46a_experiment_report.ipynb #b54a397e
 def task_intervals(data: dict[str, np.ndarray], tasks: list[str], resamples: int = 1000) -> list[dict]:
@@ -37,12 +37,6 @@ def task_intervals(data: dict[str, np.ndarray], tasks: list[str], resamples: int
     return rows
 
 # %% ../../nbs/46a_experiment_report.ipynb #df084488
-CONDITION_COLOURS = {"base": "0.55", "accuracy": "#1f77b4", "consistency": "#d62728", "blind": "#9467bd",
-                     "consistency_random": "#ff9896", "consistency_one_to_all": "#e377c2",
-                     "consistency_marker_swap": "#ff7f0e", "blind_marker_swap": "#c5b0d5",
-                     "no_ability_base": "#bcbd22", "no_ability_consistency": "#17becf"} | {
-    f"accuracy_noise{p:g}": colour for p, colour in zip(NOISE_LEVELS, ("#a1d99b", "#74c476", "#31a354", "#006d2c"))}   # light to dark: more noise
-
 def plot_task_accuracy(rows: list[dict], title: str = "Held-out accuracy"):
     "Accuracy per task and condition: seeds as dots, the mean as a bar with its 95% interval; the figure."
     import matplotlib.pyplot as plt
@@ -74,14 +68,6 @@ def train_logs(config: ExperimentConfig, conditions=("consistency", "consistency
     return {name: read_run(folder / name).train_log for c in conditions if c in config.conditions for s in config.seeds
             if (folder / (name := run_name_of(c, s))).is_dir()}
 
-# %% ../../nbs/46a_experiment_report.ipynb #34ac8fc7
-def save_figure(fig, out: Path, name: str) -> list[Path]:
-    "Write `fig` as out/name.png and out/name.pdf with the figures' writer (`plotting.save_figure`: atomic, reproducible PDF), close it; the two paths."
-    import matplotlib.pyplot as plt
-    paths = plotting.save_figure(fig, out, name)
-    plt.close(fig)
-    return [paths["png"], paths["pdf"]]
-
 # %% ../../nbs/46a_experiment_report.ipynb #e2b42dd2
 def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
     "Write the science table (science.md, science.csv), the accuracy, monitor and claims figures, and Figures 2-4, Figure 8 per task and the sampled answers where run, to `out_dir`; the paths."
@@ -103,12 +89,9 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
         if r["task"] == "all": by_condition.setdefault(r["condition"], []).append(r["constancy"])
     _logger.info("claim constancy over tasks (1: a fixed visual judgement read through the wording): " +
                 ", ".join(f"{c} {np.mean(v):.2f}" for c, v in by_condition.items()))
-    for name, fig in figures.items(): paths += save_figure(fig, out, name)
-    from consistency_amp.experiments.experiment_figures import miniature_summary, report_figures   # (late: they import this module)
+    for name, fig in figures.items(): paths += write_figure(fig, out, name)
     paths += report_figures(config, runs_dir, out, resamples // 2)   # Figures 2-4 and the sampled answers, where run
-    from consistency_amp.experiments.ablations import report_ablations   # (late: it imports the experiment module)
     paths += report_ablations(config, runs_dir, out, resamples)        # Figure 8 per task and its science rows, where run
-    from consistency_amp.experiments.ssl_baselines import report_figure5   # (late: it imports the experiment module)
     paths += report_figure5(config, runs_dir, out, resamples)          # Figure 5, controlled, where its runs finished
     if (sampled := out / "science_sampled.csv") in paths:   # the table's reading in one paragraph, as the README gives it
         per_task = out / "science_per_task.csv"                # only if this report wrote it: not a stored --full one

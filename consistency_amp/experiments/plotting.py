@@ -14,12 +14,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from ..core import NOISE_LEVELS
 from ..files import write_atomically
 
 # %% auto #0
-__all__ = ['COLORS', 'SERIES_LABELS', 'TASK_LABELS', 'FIGURE_TASKS', 'METHODS', 'MISSING_STYLE', 'DIAGONAL_GREY', 'HEATMAP_CMAP',
-           'source_label', 'size_label', 'gid', 'artists_by_gid', 'legend_handles', 'draw_bar', 'grouped_bars',
-           'padded_limits', 'draw_heatmap', 'save_figure']
+__all__ = ['COLORS', 'SERIES_LABELS', 'TASK_LABELS', 'FIGURE_TASKS', 'METHODS', 'MISSING_STYLE', 'CONDITION_COLOURS',
+           'DIAGONAL_GREY', 'HEATMAP_CMAP', 'source_label', 'size_label', 'gid', 'artists_by_gid', 'legend_handles',
+           'draw_bar', 'grouped_bars', 'padded_limits', 'draw_heatmap', 'save_figure', 'write_figure']
 
 # %% ../../nbs/41_plotting.ipynb #5fb6c8c9
 # Colours of seaborn's "deep" palette where one fits, written out so that drawing a figure does not import seaborn
@@ -33,6 +34,14 @@ METHODS = ("base", "accuracy", "consistency")
 MISSING_STYLE = dict(fill=False, hatch="///", edgecolor="#b0b0b0", linewidth=0.8)
 
 def source_label(source: str) -> str: return {"SUNRGBD": "SUN RGB-D", "KITTI": "KITTI"}.get(source, source)
+
+# %% ../../nbs/41_plotting.ipynb #f777f057
+# the miniature experiment's conditions (nbs/45a_experiment_design.ipynb), one colour each in every science figure
+CONDITION_COLOURS = {"base": "0.55", "accuracy": "#1f77b4", "consistency": "#d62728", "blind": "#9467bd",
+                     "consistency_random": "#ff9896", "consistency_one_to_all": "#e377c2",
+                     "consistency_marker_swap": "#ff7f0e", "blind_marker_swap": "#c5b0d5",
+                     "no_ability_base": "#bcbd22", "no_ability_consistency": "#17becf"} | {
+    f"accuracy_noise{p:g}": colour for p, colour in zip(NOISE_LEVELS, ("#a1d99b", "#74c476", "#31a354", "#006d2c"))}   # light to dark: more noise
 
 # %% ../../nbs/41_plotting.ipynb #86c017b4
 def size_label(size: str, scale: str | None = None, long: bool = False) -> str:
@@ -149,3 +158,11 @@ def save_figure(fig: Figure, out_dir, stem: str, data: pd.DataFrame | None = Non
                                                                                       **tight))}
     if data is not None: paths["csv"] = write_atomically(out_dir / f"{stem}.csv", lambda t: data.to_csv(t, index=False))
     return paths
+
+# %% ../../nbs/41_plotting.ipynb #516faef9
+def write_figure(fig: Figure, out_dir, stem: str) -> list[Path]:
+    "`save_figure`, then close `fig` (a report writes dozens of figures and keeps none open); [png path, pdf path]."
+    import matplotlib.pyplot as plt
+    paths = save_figure(fig, out_dir, stem)
+    plt.close(fig)
+    return [paths["png"], paths["pdf"]]

@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from .ablations import merge_science, paired_difference, seed_outcomes
-from .experiment import (ABLATION_TASKS, FIGURE5_CONDITIONS, ExperimentConfig, experiment_dir,
+from .experiment_design import (ABLATION_TASKS, FIGURE5_CONDITIONS, ExperimentConfig, experiment_dir,
                                                     run_name_of)
 from ..reward.ssl import OMITTED_SSL_VARIANTS, SSL_FAMILY
+from .plotting import write_figure
 from ..training.runs import TRAIN_LOG_FILE, read_jsonl
 
 # %% auto #0
@@ -131,10 +132,9 @@ def plot_figure5(rows: list[dict], title: str = "Figure 5, controlled, in miniat
 # %% ../../nbs/47c_ssl_baselines.ipynb #6a3f5d5f
 def report_figure5(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
     "The controlled Figure 5 from the finished runs, its csv and science rows; the paths written (none if none ran)."
-    from consistency_amp.experiments.experiment_report import save_figure
     if not (rows := figure5_rows(config, runs_dir, resamples)): return []
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    paths = save_figure(plot_figure5(rows), out, "science_fig5_ssl_baselines")
+    paths = write_figure(plot_figure5(rows), out, "science_fig5_ssl_baselines")
     pd.DataFrame([dict(task=r["task"], method=name, **m) for r in rows for name, m in r["methods"].items()]).to_csv(
         out / "science_fig5_ssl_baselines.csv", index=False)
     return paths + [out / "science_fig5_ssl_baselines.csv"] + merge_science(out, figure5_science_rows(rows))
