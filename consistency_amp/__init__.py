@@ -19,7 +19,8 @@ _EXPORTS = {
     "consistency_amp.reward.paired_data": ("check_paired_dataset", "PAIR_COLUMNS"),
     "consistency_amp.world.spatial_pairs": ("spatial_pair_dataset",),
     "consistency_amp.world.custom_transforms": ("CustomTransform", "custom_pair_maker", "transform_parity"),
-    "consistency_amp.experiments.evaluation": ("evaluate", "evaluate_run"),
+    "consistency_amp.experiments.evaluation": ("evaluate",),
+    "consistency_amp.experiments.run_evaluation": ("evaluate_run",),
     "consistency_amp.experiments.pair_evaluation": ("evaluate_pairs",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

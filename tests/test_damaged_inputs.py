@@ -91,7 +91,7 @@ def test_adapter_file_cut_anywhere_names_it_and_the_newest_checkpoint(tmp_path, 
 
 
 def test_evaluation_file_cut_anywhere_is_named_and_never_counted(tmp_path):
-    from consistency_amp.experiments.evaluation import read_eval
+    from consistency_amp.experiments.run_evaluation import read_eval
     from consistency_amp.experiments.results import fixture_result, results_table, write_fixture_run
     params = dict(task="depth", source="SUNRGBD", reward="consistency", pairing="minimal", model="m", steps=5,
                   num_generations=4, pairs_per_device=1, learning_rate=1e-6, seed=0)

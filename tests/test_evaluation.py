@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from consistency_amp.experiments import evaluation as ev
+from consistency_amp.experiments import run_evaluation as rev
 from consistency_amp.experiments.decoders import GreedyDecoder
 from consistency_amp.training.models import TINY_MODEL, load_processor
 from consistency_amp.world.prompts import LABEL_COLUMNS
@@ -266,7 +267,7 @@ def quick(**extra):
 
 
 def test_results_json_follows_the_contract_and_is_never_overwritten_silently(tmp_path, monkeypatch):
-    path = ev.evaluate_model(TINY_MODEL, runs_dir=tmp_path, **quick())
+    path = rev.evaluate_model(TINY_MODEL, runs_dir=tmp_path, **quick())
     assert path == tmp_path / "base-tiny" / EVAL_DIR / "test-first1.json"
     stored = json.loads(path.read_text())     # strict JSON (no NaN)
     for key in ("run", "model", "adapter", "split", "data_root", "decoding", "created_at", "consistency_samples", "results"):
@@ -281,28 +282,28 @@ def test_results_json_follows_the_contract_and_is_never_overwritten_silently(tmp
     before = path.read_bytes()
     monkeypatch.setattr(ev, "_load_model", lambda *a, **k: pytest.fail("loaded a model for an evaluation it then refused"))
     with pytest.raises(FileExistsError, match="never overwritten silently"):
-        ev.evaluate_model(TINY_MODEL, runs_dir=tmp_path, **quick())
+        rev.evaluate_model(TINY_MODEL, runs_dir=tmp_path, **quick())
     with pytest.raises(FileExistsError, match="never overwritten silently"):
-        ev.evaluate_run("base-tiny", "test-first1", runs_dir=tmp_path, **quick())
+        rev.evaluate_run("base-tiny", "test-first1", runs_dir=tmp_path, **quick())
     assert path.read_bytes() == before
     monkeypatch.undo()
-    ev.evaluate_model(TINY_MODEL, runs_dir=tmp_path, overwrite=True, **quick())
-    ev.evaluate_model(TINY_MODEL, "second", runs_dir=tmp_path, **quick())
+    rev.evaluate_model(TINY_MODEL, runs_dir=tmp_path, overwrite=True, **quick())
+    rev.evaluate_model(TINY_MODEL, "second", runs_dir=tmp_path, **quick())
     assert sorted(p.name for p in (tmp_path / "base-tiny" / EVAL_DIR).iterdir()) == ["second.json", "test-first1.json"]
 
 
 def test_evaluation_only_runs_by_name(tmp_path):
-    assert ev.model_run_name("Qwen/Qwen2.5-VL-7B-Instruct") == "base-7B"
-    assert ev.model_run_name(TINY_MODEL) == "base-tiny"
-    assert ev.model_run_name("someone/Visual-Jigsaw-7B") == "external-Visual-Jigsaw-7B"
-    assert ev.model_kind("someone/SSL4RL-7B") == "external" and ev.model_kind(TINY_MODEL) == "base"
-    ev.evaluate_model(TINY_MODEL, runs_dir=tmp_path, **quick())
+    assert rev.model_run_name("Qwen/Qwen2.5-VL-7B-Instruct") == "base-7B"
+    assert rev.model_run_name(TINY_MODEL) == "base-tiny"
+    assert rev.model_run_name("someone/Visual-Jigsaw-7B") == "external-Visual-Jigsaw-7B"
+    assert rev.model_kind("someone/SSL4RL-7B") == "external" and rev.model_kind(TINY_MODEL) == "base"
+    rev.evaluate_model(TINY_MODEL, runs_dir=tmp_path, **quick())
     with pytest.raises(ValueError, match="exists for another model"):
-        ev.evaluate_model("someone/Visual-Jigsaw-7B", run_name="base-tiny", runs_dir=tmp_path, **quick())
+        rev.evaluate_model("someone/Visual-Jigsaw-7B", run_name="base-tiny", runs_dir=tmp_path, **quick())
     with pytest.raises(ValueError, match="kind must be"):
-        ev.evaluate_model(TINY_MODEL, kind="train", runs_dir=tmp_path, **quick())
+        rev.evaluate_model(TINY_MODEL, kind="train", runs_dir=tmp_path, **quick())
     with pytest.raises(ValueError, match="eval_name"):
-        ev.evaluate_model(TINY_MODEL, "../escape", runs_dir=tmp_path, **quick())
+        rev.evaluate_model(TINY_MODEL, "../escape", runs_dir=tmp_path, **quick())
     assert not (tmp_path / "external-Visual-Jigsaw-7B").exists()   # refused before creating anything
 
 
@@ -315,14 +316,14 @@ def test_training_run_is_evaluated_with_its_adapter_and_data_root(tmp_path, monk
                   learning_rate=1e-6, seed=0)
     run = create_run("depth-run", params, runs=tmp_path / "runs")
     with pytest.raises(ValueError, match="is not complete"):
-        ev.evaluate_run("depth-run", runs_dir=tmp_path / "runs", **quick())
+        rev.evaluate_run("depth-run", runs_dir=tmp_path / "runs", **quick())
     save_adapter(load_model(TINY_MODEL)[0], run / ADAPTER_DIR)
     write_status(run, "complete", 1)
     roots, loads = [], []
     real_splits, real_load = ev.build_task_splits, ev._load_model
     monkeypatch.setattr(ev, "build_task_splits", lambda root, *a, **k: roots.append(root) or real_splits(root, *a, **k))
     monkeypatch.setattr(ev, "_load_model", lambda *a, **k: loads.append((a, k)) or real_load(*a, **k))
-    path = ev.evaluate_run(run, runs_dir=tmp_path / "runs", examples=True, **quick(max_examples=None))
+    path = rev.evaluate_run(run, runs_dir=tmp_path / "runs", examples=True, **quick(max_examples=None))
     stored = read_json(path)
     assert [e["uid"] for e in stored["examples"]] == [e.uid for e in build_task_splits(world, ("depth",), ("SUNRGBD",))["depth", "SUNRGBD"].test]
     assert roots == [world] and loads[0][0] == (TINY_MODEL,) and loads[0][1]["adapter"] == run / ADAPTER_DIR

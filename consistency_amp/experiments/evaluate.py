@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice
-from .evaluation import (BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_name,
-                                                    check_eval_params, default_eval_name, evaluate_model, evaluate_run,
-                                                    model_run_name)
+from .evaluation import BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
+from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model, evaluate_run,
+                                                        model_run_name)
 from .decoders import DEFAULT_MAX_NEW_TOKENS
 from ..files import resolve_path
 from ..training.runs import PARAMS_FILE, read_json, run_path

@@ -6,10 +6,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
-import shlex
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
@@ -19,15 +16,11 @@ import numpy as np
 from tqdm import tqdm
 
 from ..world.prompts import ANSWER_TYPE, LABEL_COLUMNS, load_rgb, make_prompt, make_prompt_pair
-from ..training.runs import (create_run, EVAL_DIR, model_tag, PARAMS_FILE, read_json, resolve_path,
-                                           RUN_NAME_RE, run_path, utc_now, write_json, write_status)
-from ..training.run_records import read_run
-from ..training.model_card import write_model_card
+from ..training.runs import resolve_path, utc_now
 from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of
 from ..core import DEFAULT_MODEL, PAPER_MODELS, TINY_MODEL, check_choice, check_choices, check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
-from ..training.train_params import model_size
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from ..reward.verifiers import accuracy, consistency, format_reward, parse_answer
 
@@ -35,8 +28,7 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'resolve_tasks', 'base_model_sizes',
            'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng', 'answer_type_of',
            'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table', 'check_eval_params',
-           'evaluate', 'default_eval_name', 'check_eval_name', 'eval_path', 'rerun_command', 'read_eval',
-           'evaluate_run', 'model_kind', 'model_run_name', 'evaluate_model']
+           'evaluate']
 
 # %% ../../nbs/30_evaluation.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -275,139 +267,3 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
                max_examples=p["max_examples"], tasks=list(p["tasks"]), sources=list(p["sources"]), processes=shard[1],
                elapsed_s=round(time.perf_counter() - start, 3), results=results)
     return (out, records) if return_records else out
-
-# %% ../../nbs/30_evaluation.ipynb #2a6037d7
-def default_eval_name(max_examples: int | None = None) -> str:
-    "'test' for the whole test split, 'test-first<N>' for the first N examples of each (task, source)."
-    check_int("max_examples", max_examples, 1, allow_none=True)
-    return "test" if max_examples is None else f"test-first{max_examples}"
-
-def check_eval_name(eval_name: str) -> str:
-    "`eval_name` if it can name a file in eval/ (letters, digits, '._+=-'), else ValueError."
-    if not isinstance(eval_name, str) or not RUN_NAME_RE.fullmatch(eval_name):
-        raise ValueError(f"eval_name {eval_name!r} is not valid: use 1-200 letters, digits and '._+=-', starting with "
-                         "a letter or digit (it names runs/<run>/eval/<eval_name>.json)")
-    return eval_name
-
-def eval_path(run_dir, eval_name: str) -> Path:
-    "Where the evaluation `eval_name` of the run in `run_dir` is written."
-    return Path(run_dir) / EVAL_DIR / f"{check_eval_name(eval_name)}.json"
-
-def _refuse_existing(path: Path, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        try: read_eval(path); state = "already exists"
-        except ValueError as e: state = f"already exists, damaged ({str(e).split('; re-run')[0].removeprefix(f'{path}: ')})"
-        raise FileExistsError(f"{path} {state}; evaluations are never overwritten silently: pass overwrite=True "
-                              "(papermill: -p overwrite True; CLI: --overwrite) or choose another eval_name")
-
-def _run_folder(run, runs_dir=None) -> Path:
-    path = Path(run).expanduser() if isinstance(run, os.PathLike) or os.sep in str(run) else run_path(run, runs_dir)
-    if not (path / PARAMS_FILE).is_file():
-        raise ValueError(f"run {os.fspath(run)!r}: {path} is not a run folder (no {PARAMS_FILE})")
-    return path
-
-# %% ../../nbs/30_evaluation.ipynb #e4a1c7b2
-def rerun_command(run_dir, eval_name: str) -> str:
-    "The command that writes `run_dir`/eval/`eval_name`.json again (`experiments.evaluate`; its other arguments as first run)."
-    first = re.fullmatch(r"test-first(\d+)", eval_name)       # `default_eval_name`'s quick evaluations
-    return (f"python -m consistency_amp.experiments.evaluate --run {shlex.quote(os.fspath(run_dir))} --eval_name "
-            f"{shlex.quote(eval_name)}{f' --max_examples {first[1]}' if first else ''} --overwrite")
-
-def _rerun_hint(path: Path) -> str:
-    run_dir = path.parent.parent
-    hint = f"re-run the evaluation: {rerun_command(run_dir, path.stem)} (with the other arguments it was run with)"
-    if run_dir.parent.name.startswith("experiment-"):   # an experiment's job redoes the evaluation files it lacks
-        hint += "; or delete the file and launch the experiment again"
-    return hint
-
-def _objects(value) -> bool: return isinstance(value, list) and all(isinstance(v, dict) for v in value)
-
-def read_eval(path) -> dict:
-    "The evaluation file `path` (runs/<run>/eval/<name>.json), checked: a damaged one is a ValueError naming it and the command that writes it again, never a result."
-    path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"{path} does not exist; {_rerun_hint(path)}")
-    try: ev = json.loads(path.read_bytes())
-    except ValueError as e:                             # JSONDecodeError and UnicodeDecodeError: a write cut short, or garbage
-        raise ValueError(f"{path}: not valid JSON ({e}), damaged or cut short; {_rerun_hint(path)}") from None
-    if not isinstance(ev, dict): problem = "not a JSON object"
-    elif not (_objects(ev.get("results")) and ev["results"]): problem = "'results' is not a non-empty list of objects"
-    elif "examples" in ev and not _objects(ev["examples"]): problem = "'examples' is not a list of objects"
-    else: return ev
-    raise ValueError(f"{path}: {problem}; {_rerun_hint(path)}")
-
-# %% ../../nbs/30_evaluation.ipynb #1d0beaec
-def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite: bool = False, data_root=None,
-                 tasks=TASKS, sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-                 consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-                 device=None, progress: bool = True, examples: bool = False, backend: str = "transformers") -> Path:
-    "Evaluate a run — a complete training run with its adapter/, or an evaluation-only run — into runs/<run>/eval/<eval_name>.json; print its results table."
-    p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
-    path = eval_path(_run_folder(run, runs_dir), eval_name or default_eval_name(max_examples))
-    _refuse_existing(path, overwrite)
-    record = read_run(path.parent.parent)
-    if record.kind == "train":
-        if not record.complete:
-            raise ValueError(f"run {record.name!r} is not complete (state {record.state!r}; missing {record.missing}): "
-                             "only a finished training run has the adapter to evaluate")
-        adapter = record.adapter
-    elif record.kind in ("base", "external"): adapter = record.params.get("adapter")
-    else: raise ValueError(f"run {record.name!r}: params.json has kind {record.kind!r}, not one of train, base, external")
-    if data_root is None: data_root = record.params.get("data_root")   # the run's own data (None: the synthetic world)
-    results, records = evaluate(record.params["model"], adapter=adapter, data_root=data_root, device=device,
-                                progress=progress, return_records=True, backend=backend, **p)
-    results.update(run=record.name, eval_name=path.stem)
-    if examples: results["examples"] = records          # per-example completions, answers and scores
-    if process_group()[0] == 0:                            # sharded: every process has the results, the main one writes
-        write_json(path, results, overwrite=overwrite)
-        print(f"{record.name}, {path.stem}:\n{results_table(results['results'])}", flush=True)
-        if record.kind != "train": write_status(record.path, "complete", 0)
-        else: write_model_card(record.path)              # the adapter's card lists every evaluation
-    _barrier()
-    return path
-
-# %% ../../nbs/30_evaluation.ipynb #ca9ff708
-def model_kind(model, adapter=None) -> str:
-    "'base' for a paper base model (or the tiny stand-in) without adapter, 'external' for anything else."
-    return "base" if os.fspath(model) in base_model_sizes() and adapter is None else "external"
-
-# %% ../../nbs/30_evaluation.ipynb #a56bb414
-def model_run_name(model, adapter=None, kind: str | None = None) -> str:
-    "The evaluation-only run of a model: 'base-7B', 'base-tiny', 'external-<checkpoint>[-<adapter folder>]'."
-    tag = model_tag({"model": os.fspath(model), "model_size": base_model_sizes().get(os.fspath(model))})  # size for base models only
-    if adapter is not None: tag += "-" + model_tag({"model": os.fspath(Path(adapter).resolve())})
-    return f"{kind or model_kind(model, adapter)}-{tag}"
-
-# %% ../../nbs/30_evaluation.ipynb #22bad3b9
-def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter=None, run_name: str | None = None,
-                   kind: str | None = None, runs_dir=None, overwrite: bool = False, data_root=None, tasks=TASKS,
-                   sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-                   consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-                   device=None, progress: bool = True, examples: bool = False, backend: str = "transformers") -> Path:
-    "Evaluate a model without training (base or external checkpoint, optional adapter) into its evaluation-only run."
-    p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
-    if not isinstance(model, (str, os.PathLike)): raise ValueError(f"model must be a name or a folder, got {type(model).__name__}")
-    _check_adapter(adapter)
-    kind = kind or model_kind(model, adapter)
-    if kind not in ("base", "external"): raise ValueError(f"kind must be 'base' or 'external', got {kind!r}")
-    name = run_name or model_run_name(model, adapter, kind)
-    folder = run_path(name, runs_dir)
-    check_eval_name(eval_name or default_eval_name(max_examples))
-    wanted = dict(kind=kind, model=os.fspath(model), adapter=None if adapter is None else os.fspath(Path(adapter).resolve()))
-    created = not (folder / PARAMS_FILE).is_file()
-    _barrier()                                       # every process has looked before the main one creates it
-    if created:
-        if process_group()[0] == 0:
-            create_run(name, wanted | dict(model_size=model_size(os.fspath(model)), seed=p["seed"],
-                                           data_root=None if data_root is None else os.fspath(data_root)), runs=runs_dir)
-        _barrier()
-    else:
-        stored = read_json(folder / PARAMS_FILE)
-        if diff := [k for k in wanted if stored.get(k) != wanted[k]]:
-            raise ValueError(f"run {name!r} exists for another model ({', '.join(f'{k}: {stored.get(k)!r}' for k in diff)}; "
-                             f"asked for {', '.join(f'{k}: {wanted[k]!r}' for k in diff)}); choose another run_name")
-    try:
-        return evaluate_run(folder, eval_name, overwrite=overwrite, data_root=data_root, device=device,
-                            progress=progress, examples=examples, backend=backend, **p)
-    except BaseException as e:
-        if created: write_status(folder, "failed", 0, error=f"{type(e).__name__}: {e}")
-        raise

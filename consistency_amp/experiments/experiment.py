@@ -46,7 +46,7 @@ def train_params(config: ExperimentConfig, condition: str, seed: int, data_root,
 # %% ../../nbs/46_experiment.ipynb #90d78d69
 def run_job(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, progress: bool = False) -> Path:
     "Train (unless base) and evaluate one condition and seed; the evaluation file. Finished work is reused, never redone."
-    from consistency_amp.experiments.evaluation import evaluate_model, evaluate_run
+    from consistency_amp.experiments.run_evaluation import evaluate_model, evaluate_run
     from consistency_amp.training.run_records import read_run
     from consistency_amp.world.synthetic import default_world
     from consistency_amp.training.train import run_training

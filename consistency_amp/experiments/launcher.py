@@ -130,7 +130,7 @@ def _train_here(spec: dict, runs: Path, settings: dict) -> Path:
                              report_to="none"))
 
 def _evaluate_here(spec: dict, runs: Path, folder: str) -> list[Path]:
-    from consistency_amp.experiments.evaluation import evaluate_model, evaluate_run
+    from consistency_amp.experiments.run_evaluation import evaluate_model, evaluate_run
     record, written = read_run(runs / folder), []
     for need in spec["evals"]:
         if need["eval_name"] in record.evals: continue

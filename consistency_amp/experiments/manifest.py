@@ -53,7 +53,7 @@ def scale_settings(scale: str, **overrides) -> dict:
 
 # %% ../../nbs/31_manifest.ipynb #aa05eb97
 def eval_name_for(max_examples: int | None) -> str:
-    "The evaluation's file name: 'test' for the whole test split, 'test-first<N>' for a cap (as `evaluation.default_eval_name`)."
+    "The evaluation's file name: 'test' for the whole test split, 'test-first<N>' for a cap (as `run_evaluation.default_eval_name`)."
     return "test" if max_examples is None else f"test-first{max_examples}"
 
 # %% ../../nbs/31_manifest.ipynb #9231baf3

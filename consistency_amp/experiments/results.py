@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from .manifest import HELD_OUT_SOURCE, scale_models, SOURCE
-from .evaluation import read_eval, rerun_command
+from .run_evaluation import read_eval, rerun_command
 from ..training.run_records import list_runs, RunRecord
 from ..training.runs import EVAL_DIR, TRAIN_REQUIRED_KEYS
 from ..world.tasks import TASKS
