@@ -127,3 +127,34 @@ def test_an_import_circle_is_found(tmp_path):
     (package / "experiments" / "design.py").write_text("from . import report\n")
     assert import_circles(package) == [["consistency_amp.experiments.design", "consistency_amp.experiments.figures",
                                         "consistency_amp.experiments.report", "consistency_amp.experiments.runner"]]
+
+
+RESEARCH = PKG.parent / "research"
+
+
+def research_imports(folders) -> list[tuple[str, str]]:
+    "(file, what it takes from research/) for every import of a research script, or sys.path entry into research/, in `folders`."
+    scripts = {p.stem for p in RESEARCH.glob("*.py")}
+    found = []
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                        [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                found += [(str(path), n) for n in names if n.split(".")[0] in scripts | {"research"}]
+                if isinstance(node, ast.Call) and "sys.path" in ast.unparse(node.func) and "research" in ast.unparse(node):
+                    found.append((str(path), ast.unparse(node)))
+    return found
+
+
+def test_the_product_and_its_tests_import_nothing_from_research():
+    assert RESEARCH.is_dir() and list(RESEARCH.glob("*.py"))
+    assert research_imports([PKG, PKG.parent / "tests"]) == []
+
+
+def test_a_research_import_is_found(tmp_path):
+    (tmp_path / "a.py").write_text("import pretext_base_probe\n")
+    (tmp_path / "b.py").write_text("import sys\nsys.path.insert(0, 'research')\n")
+    (tmp_path / "c.py").write_text("from consistency_amp.training import pretext_base\n")
+    assert [Path(f).name for f, _ in research_imports([tmp_path])] == ["a.py", "b.py"]

@@ -74,7 +74,7 @@ class ExperimentConfig:
     images: int = _f(2400, "images of the synthetic SUN RGB-D world; task_splits holds 20% of them out per task")
     seeds: tuple = _f((0, 1, 2), "training seeds of every trained condition")
     conditions: tuple = _f(DEFAULT_CONDITIONS, f"conditions to run; valid: {', '.join(FULL_CONDITIONS)}")
-    steps: int = _f(80, "GRPO steps of each run (chosen on the val world: benchmarks/pretraining_probes/README.md)")
+    steps: int = _f(80, "GRPO steps of each run (chosen on the val world: research/README.md)")
     num_generations: int = _f(8, "K, completions per prompt")
     pairs_per_device: int = _f(2, "prompt pairs (x, x') per step")
     learning_rate: float = _f(2e-4, "AdamW learning rate of the LoRA adapter (1e-3 collapses, 3e-4 is unstable at 60 steps)")

@@ -1,4 +1,4 @@
-"""Does a trained run still look at the image? python benchmarks/pretraining_probes/visual_belief.py RUNS_FOLDER
+"""Does a trained run still look at the image? python research/visual_belief.py RUNS_FOLDER
 
 For each run's stored test evaluation (eval/test.json), every boolean answer is mapped back to the claim it makes about
 the canonical wording (relation phrase 0, object order as listed): claim = answer XOR relation XOR order-swapped.

@@ -1,5 +1,5 @@
 """Text-only: can the tiny LM learn the 'claim' scaffold? prompt 'is S REL O?' then think 'word0 W; word0 C' (C = the
-object the question claims is word0), answer W == C.  python benchmarks/pretraining_probes/logic3.py STEPS [lr]"""
+object the question claims is word0), answer W == C.  python research/logic3.py STEPS [lr]"""
 import sys, time, os, numpy as np, torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pretrain as P

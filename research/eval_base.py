@@ -1,4 +1,4 @@
-"""Evaluate a saved base against issue 8's band: python benchmarks/pretraining_probes/eval_base.py FOLDER [IPS] [N]"""
+"""Evaluate a saved base against issue 8's band: python research/eval_base.py FOLDER [IPS] [N]"""
 import sys, json
 import numpy as np, torch
 from dataclasses import replace

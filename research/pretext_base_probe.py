@@ -2,7 +2,7 @@
 answers every pretext task in format, at about chance, with a sampled group that varies, and whose spatial answers are
 those of the base? Val world only (the experiment's `val_world_seed`), never the test world.
 
-    python benchmarks/pretraining_probes/pretext_base_probe.py [--base spatial-base-large] [--n 96] [--json OUT]
+    python research/pretext_base_probe.py [--base spatial-base-large] [--n 96] [--json OUT]
 
 Builds the warmed base on first use (about 2-4 minutes on one core), then: per pretext task, greedy format rate and
 reward, and the format rate and distinct answers of K = 8 samples at temperature 1 on 16 prompts; depth and size greedy

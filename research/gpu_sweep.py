@@ -1,5 +1,5 @@
 """Long pretraining runs of the prototype on any device, with a teacher-forced held-out probe every `every` steps.
-python benchmarks/pretraining_probes/gpu_sweep.py NAME '{"steps": 3000, ...}'  -> prints JSON lines; saves the model under $OUT/NAME."""
+python research/gpu_sweep.py NAME '{"steps": 3000, ...}'  -> prints JSON lines; saves the model under $OUT/NAME."""
 import json, math, os, sys, time
 from dataclasses import replace
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""RL probe on the shipped spatial base: python benchmarks/pretraining_probes/rl_probe.py NAME '{TrainParams overrides}' [N_EVAL]
+"""RL probe on the shipped spatial base: python research/rl_probe.py NAME '{TrainParams overrides}' [N_EVAL]
 Trains with the project's train entry (LoRA, the RL world's train split), then measures cell_report on N_EVAL held-out
 examples per task of the pretraining world (images seen by neither pretraining nor RL)."""
 import sys, json, time, os

@@ -1,5 +1,5 @@
 """Can the pairing's vote beat the greedy answer?
-python benchmarks/pretraining_probes/cross_view_vote.py [N_PER_TASK] [K] [TEMPERATURES] [MARKER_SWAP]
+python research/cross_view_vote.py [N_PER_TASK] [K] [TEMPERATURES] [MARKER_SWAP]
 
 The minimal pairing's boolean reward is a vote (nbs/01_pairing.ipynb): of the 2K answers to x and x' = T(x), mapped
 through phi_T, the combined majority is rewarded. Training can only move the model toward that majority, and the

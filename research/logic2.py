@@ -1,7 +1,7 @@
 """Text only: can the tiny LM learn an answer rule from completions alone?
 THINK=scaffold ('W word; S REL') or steps ('W word; S E; asked REL', E = the subject's word);
 MODE=three (the true rule, a parity of W, S, REL), two (answer = W == S) or first (answer = REL is the first word).
-python benchmarks/pretraining_probes/logic2.py STEPS [lr]"""
+python research/logic2.py STEPS [lr]"""
 import os, sys, time, json, numpy as np, torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pretrain as P

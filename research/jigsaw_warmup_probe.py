@@ -1,7 +1,7 @@
 """Probe (issue 24, Figure 5 controlled): can a longer format warm-up (`training.pretext_base`) that draws the Visual
 Jigsaw tasks more often teach the base to write permutations? Val world only (the experiment's `val_world_seed`).
 
-    python benchmarks/pretraining_probes/jigsaw_warmup_probe.py --steps 1200 --weight 3 --image-weight 6 --every 200 [--json OUT]
+    python research/jigsaw_warmup_probe.py --steps 1200 --weight 3 --image-weight 6 --every 200 [--json OUT]
 
 The training loop is `pretext_base.warm_up`'s (same settings, rehearsal, RNG streams), with the examples of
 `pretext_base.pretext_examples` (jigsaw_image drawn `--image-weight` times as often, jigsaw_3d `--weight` times); every

@@ -1,4 +1,4 @@
-"""Does the minimal-pairing consistency reward favour correct answers? python benchmarks/pretraining_probes/reward_direction.py
+"""Does the minimal-pairing consistency reward favour correct answers? python research/reward_direction.py
 A scripted model answers each of K completions of x and of x' = T(x) correctly with probability p, independently; the
 project's own reward (`trainer.paired_consistency_rewards`, minimal pairing) scores them, and GRPO's group-normalised
 advantage is averaged over correct and over wrong completions (400 pairs per row)."""

@@ -1,5 +1,5 @@
 """Where does the consistency reward's gradient point at step 0?
-python benchmarks/pretraining_probes/gradient_alignment.py [PAIRS] [paper|ms] [SEED]
+python research/gradient_alignment.py [PAIRS] [paper|ms] [SEED]
 
 On one batch of PAIRS prompt pairs (x, x' = T(x)) of the experiment's training world, `spatial-base-large` with a fresh
 LoRA adapter samples K = 8 completions for x and for x' at T = 1. The same completions are then scored three ways and

@@ -1,7 +1,7 @@
 """Text-only logic stage with the REAL question text: does the LM learn the answer with think THINK?
 THINK=ask: '{IDX0} {rel}; {word} {C}; {word} {W}' (copy subject and relation, then the claimed object from the two
 previous tokens, then the seen fact); answer = (C == W).   THINK=claim: the module's think.
-python benchmarks/pretraining_probes/logic4.py STEPS LR THINK  (env AW: answer-token loss weight, INIT: a state dict to start from)"""
+python research/logic4.py STEPS LR THINK  (env AW: answer-token loss weight, INIT: a state dict to start from)"""
 import sys, time, json, numpy as np, torch
 from dataclasses import replace
 from consistency_amp.training.pretraining import *

@@ -1,4 +1,4 @@
-"""Is the base's ability in its samples? python benchmarks/pretraining_probes/sampled_accuracy.py [N_PER_TASK] [K] [RUN]
+"""Is the base's ability in its samples? python research/sampled_accuracy.py [N_PER_TASK] [K] [RUN]
 On the first N held-out test questions per task of the miniature experiment's world (x only, no transformation):
 greedy accuracy, the mean accuracy of K samples at T = 1 (what GRPO samples), and the accuracy of their majority.
 RUN: a trained run folder (runs/experiment-*/<condition>-seed<s>); its adapter is loaded on the base (default: the base)."""

@@ -1,4 +1,4 @@
-"""A model on x' = T(x): python benchmarks/pretraining_probes/transformed_accuracy.py [N_PER_TASK] [DRAWS] [RUN] [TASKS] [--val] [--marker-swap]
+"""A model on x' = T(x): python research/transformed_accuracy.py [N_PER_TASK] [DRAWS] [RUN] [TASKS] [--val] [--marker-swap]
 The base (or, given RUN, a run folder, the base with the run's adapter), on the first N held-out test questions per task
 (TASKS: comma-separated, default the four boolean tasks) of the miniature experiment's world (--val: the sweep's val
 world of sweep_val.py, which the val runs in scratch/sweep_runs are scored on; --marker-swap: every x' also swaps the

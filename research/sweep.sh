@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU sweep of pretraining recipes: bash benchmarks/pretraining_probes/sweep.sh STEPS  (runs listed below in parallel, JSON lines to stdout)
+# GPU sweep of pretraining recipes: bash research/sweep.sh STEPS  (runs listed below in parallel, JSON lines to stdout)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3
 export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
@@ -27,7 +27,7 @@ R[C_all_facts_aux]="{$base, \"think\": \"facts\", \"aux\": 1.0}"
 R[E_all_none_aux]="{$base, \"think\": \"none\", \"aux\": 1.0}"
 R[G_all_facts_large_aux]="{$base, \"think\": \"facts\", \"hidden\": 192, \"heads\": 6, \"layers\": 6, \"vision_depth\": 3, \"vision_hidden\": 96, \"aux\": 1.0}"
 for name in ${RUNS:-${!R[@]}}; do
-  timeout $LIMIT python3 benchmarks/pretraining_probes/gpu_sweep.py $name "${R[$name]}" > $OUT/$name.log 2>&1 & pids+=($!)
+  timeout $LIMIT python3 research/gpu_sweep.py $name "${R[$name]}" > $OUT/$name.log 2>&1 & pids+=($!)
 done
 while sleep 60; do alive=0; for p in ${pids[@]}; do kill -0 $p 2>/dev/null && alive=1; done
   date +%T; for f in $OUT/*.log; do grep '^{' $f | tail -1; done; [ $alive = 1 ] || break; done
