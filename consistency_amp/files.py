@@ -23,6 +23,7 @@ def repo_root(start: str | os.PathLike | None = None) -> Path | None:
     return next((d for d in (start, *start.parents) if (d / "settings.ini").is_file() and (d / "consistency_amp").is_dir()),
                 None)
 
+# %% ../nbs/03_files.ipynb #c0d7580e
 def resolve_path(path: str | os.PathLike) -> Path:
     "An absolute path; a relative one is taken from the repository root (from the working directory outside a checkout)."
     path = Path(path).expanduser()

@@ -239,6 +239,7 @@ def plot_figure6(rows: list[dict], title: str = "Figure 6 per task, in miniature
     fig.suptitle(title, fontsize=10); fig.tight_layout()
     return fig
 
+# %% ../../nbs/47b_ablations.ipynb #8d8e4de1
 PAPER_CROSSOVER = 0.2   # Figure 6 (Section 5.4): accuracy training edges out consistency at 10% flipped labels, not from 20% on
 
 def _noise_verdict(value: float, low: float, high: float) -> str:
@@ -289,6 +290,7 @@ def merge_science(out_dir, table: pd.DataFrame) -> list[Path]:
                      f"at a time from the large base (`nbs/47b_ablations.ipynb`): {'; '.join(figures)}.\n\n{body}\n"))
     return [csv, md]
 
+# %% ../../nbs/47b_ablations.ipynb #327288c4
 def report_ablations(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 2000) -> list[Path]:
     "Figures 8 and 6 per task from the finished runs, and their science rows; the paths written (none if no run finished)."
     out, paths, tables = Path(out_dir), [], []

@@ -54,6 +54,7 @@ def transform_steps(T: Transform, question) -> list[tuple[str, int]]:
         steps.append((text, negations(single, task)))
     return steps
 
+# %% ../../nbs/44_data_figures.ipynb #7f5a9b3e
 def rule_text(T: Transform, task: str) -> str:
     "The verifier's rule for `T`: the number of negations and the expected relation."
     n, relation = negations(T, task), relation_of(T, task)

@@ -96,6 +96,7 @@ def evaluate_from(args: EvalArguments, progress: bool = True) -> Path:
     if args.run is not None: return evaluate_run(args.run_folder, args.eval_name, **common)
     return evaluate_model(args.model, args.eval_name, adapter=args.adapter, run_name=args.run_name, **common)
 
+# %% ../../nbs/30a_evaluate.ipynb #e66ec170
 def describe(args: EvalArguments) -> str:
     "What `args` will evaluate, in a few lines."
     target = f" (run {args.run})" if args.run else f" -> run {args.run_name or model_run_name(args.model, args.adapter)}"
@@ -110,6 +111,7 @@ def argument_parser():
                             description="Evaluate a run or a model on the held-out test split of every (task, source) "
                                         "into runs/<run>/eval/<eval_name>.json (see nbs/evaluate.ipynb).")
 
+# %% ../../nbs/30a_evaluate.ipynb #268d13f2
 def main(argv: list[str] | None = None) -> Path:
     "Entry point: parse, check, evaluate, print the results file."
     (args,) = argument_parser().parse_args_into_dataclasses(argv)
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"wrote {written}")
     return written
 
+# %% ../../nbs/30a_evaluate.ipynb #a7eebe76
 def cli(argv: list[str] | None = None) -> int:
     "`main` for the console script `consistency-amp-evaluate`: bad parameters and existing files end in one line, exit 2."
     try: main(argv)

@@ -66,6 +66,7 @@ def resolve_data_root(data_root=None) -> Path:
     if not path.is_dir(): raise ValueError(f"data_root {str(data_root)!r} is not a directory")
     return path
 
+# %% ../../nbs/30_evaluation.ipynb #2be915a2
 def check_test_split(split: TaskSplit, task: str, source: str) -> None:
     "Raise unless `split.test` holds only test-split images of (`task`, `source`) and shares no image with `split.train`."
     for e in split.test:
@@ -75,6 +76,7 @@ def check_test_split(split: TaskSplit, task: str, source: str) -> None:
     if leaked := sorted(e.uid for e in split.test if e.scene.image_id in train_images):
         raise ValueError(f"({task}, {source}): test examples share images with the train split: {leaked[:3]}")
 
+# %% ../../nbs/30_evaluation.ipynb #eb411795
 def held_out_examples(data_root=None, tasks=TASKS, sources=EVAL_SOURCES,
                       max_examples: int | None = None) -> dict[tuple[str, str], list[Example]]:
     "The test examples of every (task, source): `build_task_splits`' fixed-seed 20% split (the first `max_examples` of each)."
@@ -92,11 +94,13 @@ def transform_rng(seed: int, example: Example) -> np.random.Generator:
     "The generator of an example's sampled transformations, fixed by (`seed`, uid): the same whatever else is evaluated."
     return np.random.default_rng([int(seed), int.from_bytes(hashlib.sha256(example.uid.encode()).digest()[:8], "big")])
 
+# %% ../../nbs/30_evaluation.ipynb #bf0f86e5
 def answer_type_of(task: str) -> str:
     "'boolean' or 'numeric': how the answers of `task` are parsed and scored."
     check_choice("task", task, TASKS)
     return ANSWER_TYPE[task in BOOLEAN_TASKS]
 
+# %% ../../nbs/30_evaluation.ipynb #556f80a4
 def example_rows(example: Example, consistency_samples: int = 1, seed: int = 0) -> list[dict]:
     "Label-free prompt rows of a test example: x as asked (accuracy), then x' = T_j(x) for j < `consistency_samples`."
     if not isinstance(example, Example): raise ValueError(f"example_rows needs a tasks.Example, got {type(example).__name__}")

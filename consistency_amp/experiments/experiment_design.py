@@ -164,9 +164,11 @@ def experiment_dir(config: ExperimentConfig, runs_dir=None) -> Path:
     from consistency_amp.training.runs import runs_dir as default_runs
     return default_runs(runs_dir) / f"experiment-{config.digest}"
 
+# %% ../../nbs/45a_experiment_design.ipynb #b2c62237
 def eval_file(config: ExperimentConfig, condition: str, seed: int, runs_dir=None, eval_name: str = EVAL_NAME) -> Path:
     return experiment_dir(config, runs_dir) / run_name_of(condition, seed) / "eval" / f"{eval_name}.json"
 
+# %% ../../nbs/45a_experiment_design.ipynb #6dbebe62
 def _damaged(path: Path) -> str | None:
     "What is wrong with the evaluation file `path`, None if it is a JSON object (a missing file: 'missing')."
     if not path.is_file(): return "missing"
@@ -182,6 +184,7 @@ def eval_examples(path) -> list[dict]:
     if problem: raise ValueError(f"{path}: {problem}; run the experiment again: its job sets a damaged file aside and evaluates anew")
     return examples
 
+# %% ../../nbs/45a_experiment_design.ipynb #5c24e89e
 # the conditions whose sampled answers are compared (`experiments.sampling`): the base, both rewards, the blind controls;
 # evaluated whenever the default's conditions are all run (so a toy subset of conditions stays cheap)
 SAMPLED_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap")
@@ -201,11 +204,13 @@ def seeds_of(config: ExperimentConfig, condition: str) -> tuple[int, ...]:
         seeds += tuple(s for s in range(max(seeds) + FIGURE8_SEEDS + 1) if s not in seeds)[:FIGURE8_SEEDS - len(seeds)]
     return seeds
 
+# %% ../../nbs/45a_experiment_design.ipynb #bab07212
 def jobs(config: ExperimentConfig) -> list[tuple[str, int]]:
     "Every (condition, seed) of the experiment; a model evaluated as it is (the base), once."
     once = [(c, 0) for c in config.conditions if c in EVALUATED_ONLY]
     return once + [(c, s) for c in config.conditions if c not in EVALUATED_ONLY for s in seeds_of(config, c)]
 
+# %% ../../nbs/45a_experiment_design.ipynb #bb09b528
 def missing_jobs(config: ExperimentConfig, runs_dir=None) -> list[tuple[str, int]]:
     return [(c, s) for c, s in jobs(config)
             if any(_damaged(eval_file(config, c, s, runs_dir, name)) for name in eval_names(config, c))]

@@ -29,6 +29,7 @@ def paper_numbers_path() -> Path:
     "The packaged `data/paper_numbers.csv`."
     return Path(str(files("consistency_amp") / "data" / "paper_numbers.csv"))
 
+# %% ../../nbs/40_figure_data.ipynb #feb2c98f
 def paper_numbers(path=None) -> pd.DataFrame:
     "The numbers the paper's text states, indexed by key: value, unit, figure, section and the verbatim quote."
     path = Path(path) if path is not None else paper_numbers_path()
@@ -47,6 +48,7 @@ def empty_results() -> pd.DataFrame:
     "A results table without rows (what the registry returns for an empty runs folder)."
     return pd.DataFrame({c: pd.Series(dtype=float if c in ("accuracy", "label_noise") else object) for c in RESULT_COLUMNS})
 
+# %% ../../nbs/40_figure_data.ipynb #c296f5b1
 def check_results(results) -> pd.DataFrame:
     "The results table, checked (the contract's columns, accuracies in [0, 1] or missing), with `size`, `stand_in`, `identity` added."
     if not isinstance(results, pd.DataFrame): raise ValueError(f"results must be a pandas DataFrame, got {type(results).__name__}")
@@ -68,6 +70,7 @@ class Cell(NamedTuple):
     @property
     def missing(self) -> bool: return not math.isfinite(self.value)
 
+# %% ../../nbs/40_figure_data.ipynb #259678c8
 MISSING = Cell(math.nan)
 
 def _matches(column: pd.Series, want) -> pd.Series:
@@ -103,6 +106,7 @@ def base_spec(size: str, scale: str | None = None) -> dict:
     "The untrained model of paper size `size` (an evaluation-only 'base' run; at the mini scale, its tiny stand-in)."
     return dict(kind="base", size=size) | _scale_filter(scale)
 
+# %% ../../nbs/40_figure_data.ipynb #682dc011
 def train_spec(size: str, task: str, reward: str, pairing: str = "minimal", label_noise: float = 0.0,
                source: str = "SUNRGBD", scale: str | None = None) -> dict:
     "A training run: `reward` ('accuracy'|'consistency') on `task` of `source`; consistency runs also match `pairing`."
@@ -136,11 +140,13 @@ def mean_of(cells) -> Cell:
     if not cells or any(c.missing for c in cells): return MISSING
     return Cell(float(np.mean([c.value for c in cells])), tuple(dict.fromkeys(r for c in cells for r in c.runs)))
 
+# %% ../../nbs/40_figure_data.ipynb #ca07c220
 def minus(a: Cell, b: Cell) -> Cell:
     "a − b (in pp), missing unless both are present."
     if a.missing or b.missing: return MISSING
     return Cell(a.value - b.value, tuple(dict.fromkeys(a.runs + b.runs)))
 
+# %% ../../nbs/40_figure_data.ipynb #40df2268
 def figure_data(rows, numbers: pd.DataFrame | None = None) -> pd.DataFrame:
     "Rows (panel, group, series, Cell, unit[, paper_key]) as a figure-data table; paper values looked up in `numbers`."
     numbers = paper_numbers() if numbers is None else numbers
@@ -152,6 +158,7 @@ def figure_data(rows, numbers: pd.DataFrame | None = None) -> pd.DataFrame:
                         paper_key=key, paper=numbers.loc[key, "value"] if key is not None else math.nan))
     return pd.DataFrame(out, columns=list(DATA_COLUMNS))
 
+# %% ../../nbs/40_figure_data.ipynb #422f5a85
 def value_at(data: pd.DataFrame, panel, group, series) -> float:
     "The one value of `data` at (panel, group, series)."
     rows = data[(data.panel == panel) & (data.group == group) & (data.series == series)]

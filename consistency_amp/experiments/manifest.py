@@ -63,6 +63,7 @@ def scale_models(scale: str) -> dict[str, str]:
     from consistency_amp.training.spatial_bases import STANDS_IN_FOR   # spatial-base-large for 7B, spatial-base-small for 3B
     return {size: name for name, size in STANDS_IN_FOR.items()}
 
+# %% ../../nbs/31_manifest.ipynb #47410130
 def model_tags(scale: str) -> dict[str, str]:
     "How run names call each size's model at `scale`: '7B', or the stand-in's name ('spatial-base-large')."
     return {s: s for s in PAPER_MODEL_SIZES} if check_scale(scale) == "paper" else scale_models(scale)

@@ -55,6 +55,7 @@ def summarize_pairs(records: list[dict]) -> list[dict]:
                  format_rate=mean([f for r in rs for f in r["format"]]),
                  self_consistency=mean([r["consistency"] for r in rs])) for (task, source), rs in groups.items()]
 
+# %% ../../nbs/30d_pair_evaluation.ipynb #026ba22b
 def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 8,
                    verbose: bool = True) -> tuple[list[dict], list[dict]]:
     "Greedy answers of `model` to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed."

@@ -275,6 +275,7 @@ def numeric_data(results, model_size="7B", tasks=NUMERIC_TASKS, source="SUNRGBD"
                          *([key] if model_size == "7B" and key in numbers.index else [])))
     return figure_data(rows, numbers)
 
+# %% ../../nbs/42_paper_figures.ipynb #4c8789df
 def numeric_figure(results, model_size="7B", tasks=NUMERIC_TASKS, source="SUNRGBD", scale=None, numbers=None,
                    paper_marks: bool = True) -> tuple[Figure, pd.DataFrame]:
     "Figure 7: numeric-task accuracy, base / accuracy / consistency; returns (figure, data)."

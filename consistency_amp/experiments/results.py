@@ -145,6 +145,7 @@ def write_fixture_run(runs_dir, name: str, params: dict, results: list[dict] | N
         write_json(path / "eval" / f"{eval_name}.json", ev, overwrite=False)
     return path
 
+# %% ../../nbs/32_results.ipynb #9b8334b6
 def fixture_result(task: str, source: str = SOURCE, accuracy=0.5, n: int = 10, **more) -> dict:
     "One `results` entry of an eval file (for tests and demonstrations)."
     return dict(task=task, source=source, n=n, accuracy=accuracy, format_rate=1.0, unparseable_rate=0.0,

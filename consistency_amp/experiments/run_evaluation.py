@@ -34,6 +34,7 @@ def default_eval_name(max_examples: int | None = None) -> str:
     check_int("max_examples", max_examples, 1, allow_none=True)
     return "test" if max_examples is None else f"test-first{max_examples}"
 
+# %% ../../nbs/30e_run_evaluation.ipynb #1f39a80d
 def check_eval_name(eval_name: str) -> str:
     "`eval_name` if it can name a file in eval/ (letters, digits, '._+=-'), else ValueError."
     if not isinstance(eval_name, str) or not RUN_NAME_RE.fullmatch(eval_name):
@@ -41,6 +42,7 @@ def check_eval_name(eval_name: str) -> str:
                          "a letter or digit (it names runs/<run>/eval/<eval_name>.json)")
     return eval_name
 
+# %% ../../nbs/30e_run_evaluation.ipynb #3ed8eb1f
 def eval_path(run_dir, eval_name: str) -> Path:
     "Where the evaluation `eval_name` of the run in `run_dir` is written."
     return Path(run_dir) / EVAL_DIR / f"{check_eval_name(eval_name)}.json"
@@ -65,6 +67,7 @@ def rerun_command(run_dir, eval_name: str) -> str:
     return (f"python -m consistency_amp.experiments.evaluate --run {shlex.quote(os.fspath(run_dir))} --eval_name "
             f"{shlex.quote(eval_name)}{f' --max_examples {first[1]}' if first else ''} --overwrite")
 
+# %% ../../nbs/30e_run_evaluation.ipynb #b8cb0880
 def _rerun_hint(path: Path) -> str:
     run_dir = path.parent.parent
     hint = f"re-run the evaluation: {rerun_command(run_dir, path.stem)} (with the other arguments it was run with)"

@@ -218,6 +218,7 @@ def canonical_claim(answer: bool, question) -> int:
     swapped = question.order not in ((1, 2), (2, 3))          # (2, 1), or (3, 2) for relative distance
     return int(bool(answer)) ^ question.relation ^ int(swapped)
 
+# %% ../../nbs/45_science.ipynb #9d850c1f
 def claim_constancy(claims) -> float:
     "The share of the majority claim among `claims` (0/1): 0.5 when balanced, 1 for a fixed judgement."
     c = np.asarray(claims, dtype=float)

@@ -182,6 +182,7 @@ class MonteCarloEstimate(NamedTuple):
     stderr: float     # standard error of `mean`, from the per-group mean rewards
     n_samples: int    # number of (original, augmented) group pairs
 
+# %% ../../nbs/02_baseline.ipynb #26819770
 def monte_carlo_reward(K: int, strategy: str, *, p: float = 0.5, relation: str = "opposite", unparseable: float = 0.0,
                        side: str = "original", n_samples: int = 4000, seed: int = 0) -> MonteCarloEstimate:
     "E[r_i] estimated by running sampled guesser answers through the real `consistency_rewards`."
@@ -240,6 +241,7 @@ def appendix_a_table(Ks=APPENDIX_A_KS) -> pd.DataFrame:
             for m in ("exact", "approx") for s in PAIRINGS]
     return pd.DataFrame(rows)
 
+# %% ../../nbs/02_baseline.ipynb #237f0a81
 def table_markdown(table: pd.DataFrame, digits: int = 4) -> str:
     "The Appendix A table as a Markdown table, values rounded to `digits`."
     Ks = [c for c in table.columns if c not in ("strategy", "method")]

@@ -145,6 +145,7 @@ def verifier_matrix(answers: Sequence, answers_augmented: Sequence, relation: st
     V = [[consistency(y, y_prime, relation) for y_prime in answers_augmented] for y in answers]
     return np.array(V, dtype=np.float64).reshape(len(answers), len(answers_augmented))
 
+# %% ../../nbs/01_pairing.ipynb #9a53cb51
 def _by_value(values: Sequence) -> list[int]:
     "Positions of `values` in ascending order of value (False < True, numbers ascending, NaN last); a stable sort."
     def key(k): y = values[k]; return (y != y, 0 if y != y else y)   # y != y only for NaN

@@ -73,10 +73,12 @@ def parse_index_list(text: str) -> tuple[int, ...] | None:
     values = tuple(int(t) for t in tokens)
     return values if min(values) >= 1 else None
 
+# %% ../../nbs/05_ssl_rewards.ipynb #f14adeed
 def is_permutation(values, n: int) -> bool:
     "Is `values` a permutation of 1..n?"
     return len(values) == n and sorted(values) == list(range(1, n + 1))
 
+# %% ../../nbs/05_ssl_rewards.ipynb #9df09af0
 def parse_permutation(text: str, n: int) -> tuple[int, ...] | None:
     "A permutation of 1..n in an answer block's content, else None (wrong length, duplicate, missing or out-of-range index)."
     values = parse_index_list(text)
@@ -89,6 +91,7 @@ def format_ssl_answer(value, task: str) -> str:
     if task in PERMUTATION_SIZE: return ",".join(str(int(v)) for v in value)
     return str(int(value)) if task == "ssl4rl_rotation" else str(value)
 
+# %% ../../nbs/05_ssl_rewards.ipynb #3b15fe37
 def _parse_content(text: str, task: str, size: int | None = None):
     if task == "ssl4rl_rotation": return parse_rotation(text)
     if task == "ssl4rl_contrastive": return parse_label(text, CONTRASTIVE_LABELS)
@@ -112,6 +115,7 @@ def parse_ssl_answer(completion, task: str, size: int | None = None):
     answer = extract_answer(completion)
     return None if answer is None else _parse_content(answer, task, size)
 
+# %% ../../nbs/05_ssl_rewards.ipynb #c5f82977
 def ssl_score(answer, ground_truth, task: str) -> float:
     "The reward of a parsed `answer` (None: unparseable) against `ground_truth`, by the task's source rule."
     truth = ssl_truth(ground_truth, task)
@@ -123,12 +127,14 @@ def ssl_score(answer, ground_truth, task: str) -> float:
     if answer == truth: return 1.0
     return JIGSAW_PARTIAL_DISCOUNT * right if is_permutation(answer, len(truth)) else 0.0
 
+# %% ../../nbs/05_ssl_rewards.ipynb #25f30d1b
 def ssl_reward(completion, ground_truth, task: str) -> float:
     "The task reward of one completion: its parsed answer scored against `ground_truth`; 0 when unparseable."
     truth = ssl_truth(ground_truth, task)
     size = len(truth) if task in PERMUTATION_SIZE else None
     return ssl_score(parse_ssl_answer(completion, task, size), truth, task)
 
+# %% ../../nbs/05_ssl_rewards.ipynb #a07d97b9
 def ssl_format_reward(completion, ground_truth, task: str) -> float:
     "1.0 for a well-formed completion whose answer parses for `task` (a permutation of the right size), else 0.0."
     truth = ssl_truth(ground_truth, task)
@@ -141,6 +147,7 @@ def ssl_format_reward_func(completions, ground_truth, task, **kwargs) -> list[fl
     n = len(completions)
     return _per_row(ssl_format_reward, completions, _column(ground_truth, "ground_truth", n), _column(task, "task", n))
 
+# %% ../../nbs/05_ssl_rewards.ipynb #af9a4552
 def ssl_accuracy_reward_func(completions, ground_truth, task, **kwargs) -> list[float]:
     "TRL reward function: `ssl_reward` of each completion against its row's `ground_truth` for its row's `task`."
     completions = _column(completions, "completions")

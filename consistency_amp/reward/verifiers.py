@@ -103,6 +103,7 @@ def parse_answer(completion, answer_type: str) -> bool | float | None:
     if answer is None: return None
     return parse_boolean(answer) if answer_type == "boolean" else parse_numeric(answer)
 
+# %% ../../nbs/00_verifiers.ipynb #3bde4159
 def format_reward(completion, answer_type: str) -> float:
     "1.0 for a well-formed <think>…</think><answer>…</answer> completion whose answer parses for `answer_type`, else 0.0."
     return float(parse_answer(completion, answer_type) is not None)

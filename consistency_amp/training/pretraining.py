@@ -88,6 +88,7 @@ def vision_window(max_pixels: int) -> int:
     # window of 28 x 1024 pixels padded each 4 x 3 grid to 1024 x 1024 and took 0.36 s of a 0.5 s perception step.
     return 28 * max(1, max_pixels // (28 * 28))   # an image of n merged tokens is at most n tokens long
 
+# %% ../../nbs/24_pretraining.ipynb #fc37dee7
 def base_config(recipe: BaseRecipe, tokenizer):
     "`Qwen2_5_VLConfig` of `recipe`, with the special-token ids of `tokenizer`."
     from transformers import Qwen2_5_VLConfig
@@ -191,6 +192,7 @@ def pretraining_world(recipe: BaseRecipe) -> Path:
     from consistency_amp.world.synthetic import default_world, SyntheticConfig
     return default_world(SyntheticConfig(seed=recipe.world_seed, n_images_per_split={"train": recipe.images_per_source}))
 
+# %% ../../nbs/24_pretraining.ipynb #5221dd06
 def pretraining_examples(recipe: BaseRecipe) -> tuple[list, list]:
     "(train, validation) boolean-task examples of the pretraining world, both sources."
     from consistency_amp.world.task_splits import build_task_splits

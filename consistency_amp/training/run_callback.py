@@ -139,6 +139,7 @@ def agreed_signal(signum: int | None, device=None) -> int | None:
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return int(flag.item()) or None
 
+# %% ../../nbs/22a_run_callback.ipynb #45bba306
 def stop_signal_of(trainer) -> int | None:
     "The signal that stopped `trainer` early (the `RunCallback`'s), None if it was not stopped by one."
     return next((c.stop_signal for c in trainer.callback_handler.callbacks if hasattr(c, "stop_signal")), None)

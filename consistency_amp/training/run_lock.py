@@ -34,6 +34,7 @@ def this_process() -> dict:
     "Who writes: host, pid, start time and command line, as `status.json` records the run's writer."
     return dict(host=socket.gethostname(), pid=os.getpid(), started_at=utc_now(), command=" ".join(sys.argv)[:300])
 
+# %% ../../nbs/22d_run_lock.ipynb #4e27c7c9
 def describe_writer(writer) -> str:
     "A writer record in words, e.g. 'pid 4242 on node7 since 2026-11-25T06:00:00+00:00 (python -m ...)'."
     if not isinstance(writer, dict): return "a process that left no record of itself"
@@ -64,10 +65,12 @@ def release_run_lock(run_dir: str | os.PathLike) -> bool:
     lock.release()
     return True
 
+# %% ../../nbs/22d_run_lock.ipynb #54492f3d
 def holds_run_lock(run_dir: str | os.PathLike) -> bool:
     "Whether this process holds the lock of `run_dir`."
     return _key(Path(run_dir) / LOCK_FILE) in _HELD
 
+# %% ../../nbs/22d_run_lock.ipynb #a0575155
 def run_is_live(run_dir: str | os.PathLike) -> bool | None:
     "Whether a process (this one included) holds the lock of `run_dir`; None if that cannot be told."
     from filelock import FileLock, Timeout

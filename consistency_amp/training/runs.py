@@ -65,6 +65,7 @@ def jsonable(value):
     if isinstance(value, float) and not math.isfinite(value): return None
     return value
 
+# %% ../../nbs/22_runs.ipynb #0b54fcd1
 def write_json(path: str | os.PathLike, obj, overwrite: bool = True) -> Path:
     "Write `obj` as JSON to `path` atomically (temporary file + rename); with `overwrite=False`, fail if `path` exists."
     path = Path(path)
@@ -72,6 +73,7 @@ def write_json(path: str | os.PathLike, obj, overwrite: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_atomically(path, lambda tmp: Path(tmp).write_text(text), overwrite=overwrite)
 
+# %% ../../nbs/22_runs.ipynb #a422c89d
 def read_json(path: str | os.PathLike):
     "The JSON in `path`; ValueError naming the file if it is not valid JSON."
     path = Path(path)
@@ -124,6 +126,7 @@ def package_versions(packages=VERSIONED_PACKAGES) -> dict[str, str | None]:
         except metadata.PackageNotFoundError: out[name] = None
     return out
 
+# %% ../../nbs/22_runs.ipynb #1a635f96
 def git_commit(repo: str | os.PathLike | None = None) -> tuple[str | None, bool | None]:
     "(commit, dirty) of the git checkout at `repo` (default: this repository); (None, None) without git or a checkout."
     repo = repo or repo_root()
@@ -137,6 +140,7 @@ def git_commit(repo: str | os.PathLike | None = None) -> tuple[str | None, bool 
         return head.stdout.strip(), (bool(dirty.stdout.strip()) if dirty.returncode == 0 else None)
     except (OSError, subprocess.SubprocessError): return None, None
 
+# %% ../../nbs/22_runs.ipynb #dd6f287e
 def provenance() -> dict:
     "Versions, git commit and dirty flag, and the creation time, as stored in params.json."
     commit, dirty = git_commit()
@@ -192,12 +196,14 @@ def checkpoints(run_dir: str | os.PathLike) -> list[Path]:
              if (m := CHECKPOINT_RE.fullmatch(p.name)) and (p / TRAINER_STATE_FILE).is_file()]
     return [p for _, p in sorted(found)]
 
+# %% ../../nbs/22_runs.ipynb #c27a5eef
 def checkpoint_step(checkpoint: str | os.PathLike) -> int:
     "The step of a checkpoint folder `checkpoint-<step>`."
     m = CHECKPOINT_RE.fullmatch(Path(checkpoint).name)
     if not m: raise ValueError(f"{checkpoint} is not a checkpoint folder (checkpoint-<step>)")
     return int(m.group(1))
 
+# %% ../../nbs/22_runs.ipynb #4f0f0461
 def last_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     "The checkpoint to resume `run_dir` from: the newest whose trainer_state.json is readable (a damaged one is skipped with a warning), or None."
     import warnings
@@ -375,6 +381,7 @@ def is_step_log(logs: dict) -> bool:
     "Whether Trainer `logs` are a training step's (not the end-of-training summary or an evaluation)."
     return "loss" in logs and not any(k in logs for k in SUMMARY_KEYS) and not any(k.startswith("eval_") for k in logs)
 
+# %% ../../nbs/22_runs.ipynb #406cc5d4
 def train_log_record(logs: dict, step: int, step_time_s: float | None = None) -> dict:
     "The train_log.jsonl line of optimizer step `step` from the Trainer's `logs`: contract fields, then TRL's keys."
     record = {"step": int(step)}

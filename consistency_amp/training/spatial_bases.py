@@ -52,6 +52,7 @@ def shipped_base(name: str) -> Path | None:
     try: return folder if json.loads((folder / RECIPE_FILE).read_text()) == _check_name(name).to_dict() else None
     except (OSError, ValueError): return None
 
+# %% ../../nbs/24a_spatial_bases.ipynb #e0bc5ce7
 def spatial_base_path(name: str, cache_dir=None, progress: bool = True) -> Path:
     "The folder of the spatial base `name`: shipped weights, a cached build, or a new build (minutes on a CPU)."
     recipe = _check_name(name)

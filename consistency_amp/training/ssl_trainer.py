@@ -32,6 +32,7 @@ def ssl_config(settings: dict, pairs_per_device: int):
     return GRPOConfig(**settings, per_device_train_batch_size=2 * pairs_per_device * settings["num_generations"],
                       remove_unused_columns=False)    # the rewards read ground_truth and task
 
+# %% ../../nbs/21c_ssl_trainer.ipynb #1371a550
 def ssl_trainer(model, args, examples, processing_class=None, peft_config=None, callbacks=None):
     "TRL's `GRPOTrainer` on the rows of `examples` with the format reward and the pretext task's reward."
     from trl import GRPOTrainer

@@ -32,10 +32,12 @@ __all__ = ['world_size', 'start_run', 'train_examples', 'trainer_config', 'load_
 # %% ../../nbs/23_train_entry.ipynb #c5893031
 def world_size() -> int: return int(os.environ.get("WORLD_SIZE", "1"))
 
+# %% ../../nbs/23_train_entry.ipynb #6bd46755
 def start_run(params: TrainParams) -> Path:
     "Create (or, with `resume`, continue; with `overwrite`, replace) the folder of the run: `runs.create_run`."
     return create_run(params.name, params.record(), overwrite=params.overwrite, resume=params.resume, runs=params.runs_dir)
 
+# %% ../../nbs/23_train_entry.ipynb #85d333c0
 def train_examples(params: TrainParams) -> list:
     "The train split of the run's task(s) and source: `build_task_splits(...)[task, source].train` (never the test split); for a pretext reward, its examples on the same training images."
     from consistency_amp.world.synthetic import default_world

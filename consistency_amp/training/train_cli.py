@@ -134,6 +134,7 @@ def resume_argv(argv: list[str]) -> list[str]:
         out.append(arg)
     return out + ["--resume"]
 
+# %% ../../nbs/23a_train_cli.ipynb #589bbe60
 def stopped_message(params: TrainParams, why: str, argv: list[str] | None = None, step: int | None = None) -> str:
     "The one line printed when a signal stops a run: where it stopped and the command that resumes it."
     argv = sys.argv[1:] if argv is None else argv

@@ -46,6 +46,7 @@ def report_integrations(report_to: str) -> list[str]:
             raise ValueError(f"report_to={report_to!r}: {name} needs the {package} package: pip install {package}")
     return names
 
+# %% ../../nbs/23_train_params.ipynb #6d43b7be
 def model_size(model: str) -> str | None:
     "'tiny' for the tiny model, '3B'/'7B'/... when the model's name says so, else None."
     if model == TINY_MODEL: return "tiny"

@@ -109,6 +109,7 @@ def pair_key(index: int, side: int, draw: int, num_examples: int) -> int:
         raise ValueError(f"no key for index={index}, side={side}, draw={draw} with {num_examples} examples")
     return 2 * (draw * num_examples + index) + side
 
+# %% ../../nbs/21_trainer.ipynb #542b188f
 def split_key(key: int, num_examples: int) -> tuple[int, int, int]:
     "(index, side, draw) of a dataset key; its pair id is `key // 2`."
     if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or key < 0:
@@ -215,6 +216,7 @@ def check_pair_layout(pair_id: Sequence, side: Sequence, num_generations: int) -
             raise ValueError(f"completions {g}..{g + 2 * K - 1} are not the x group and then the x' group of one pair "
                              f"(pair ids {sorted(ids)}, sides {sides})")
 
+# %% ../../nbs/21_trainer.ipynb #0160c617
 def paired_consistency_rewards(completions: Sequence, pair_id: Sequence, side: Sequence, relation: Sequence,
                                answer_type: Sequence, num_generations: int, strategy: str = "minimal") -> list[float]:
     "Consistency reward of every completion of a gathered batch of whole pairs (K of x, then K of x', per pair)."

@@ -62,6 +62,7 @@ def custom_pair_maker(transform: CustomTransform, system_prompt: str = SYSTEM_PR
     make_pair.__name__ = f"{transform.name}_pair"
     return make_pair
 
+# %% ../../nbs/15a_custom_transforms.ipynb #30f00151
 def transform_parity(transform: CustomTransform, examples) -> list[str]:
     "The uids of `examples` whose recomputed answer to x' differs from φ_T(y*): the built-ins' parity test; [] when φ_T is right."
     bad = []

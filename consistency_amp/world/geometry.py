@@ -50,10 +50,12 @@ def box_volume(dimensions) -> float:
     "Volume w·h·l in m³ of a box with `dimensions` [w, h, l]."
     return float(np.prod(as_array(dimensions, (3,), "dimensions")))
 
+# %% ../../nbs/10_geometry.ipynb #57928f54
 def box_depth(corners) -> float:
     "Depth of a box: the minimum camera z over its (8, 3) `corners`."
     return float(as_array(corners, (8, 3), "corners")[:, 2].min())
 
+# %% ../../nbs/10_geometry.ipynb #f71d9069
 def center_distance(center_a, center_b) -> float:
     "Euclidean distance in metres between two 3D box centres."
     return float(np.linalg.norm(as_array(center_a, (3,), "center_a") - as_array(center_b, (3,), "center_b")))
@@ -78,6 +80,7 @@ def behind_camera(corners, near: float = NEAR_PLANE) -> bool:
     "Omni3D's `behind_camera`: True when any of the (8, 3) `corners` has z <= `near`."
     return bool((as_array(corners, (8, 3), "corners")[:, 2] <= near).any())
 
+# %% ../../nbs/10_geometry.ipynb #94152e9c
 def project_box(corners, K, near: float = NEAR_PLANE) -> np.ndarray | None:
     "`bbox2D_proj`: [x1, y1, x2, y2] around the part of the box in front of `near`, unclipped; None if none of it is."
     corners, K = as_array(corners, (8, 3), "corners"), as_array(K, (3, 3), "K")
@@ -92,6 +95,7 @@ def project_box(corners, K, near: float = NEAR_PLANE) -> np.ndarray | None:
     uv = _project(K, np.concatenate(visible))
     return np.concatenate([uv.min(0), uv.max(0)])
 
+# %% ../../nbs/10_geometry.ipynb #d05ae731
 def truncate_box(box, width: float, height: float) -> np.ndarray | None:
     "`bbox2D_trunc`: `box` [x1, y1, x2, y2] clipped to the `width` x `height` image; None if nothing is left inside."
     if box is None: return None

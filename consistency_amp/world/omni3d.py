@@ -342,6 +342,7 @@ def omni3d_json_path(root, source: str, split: str) -> Path:
     raise FileNotFoundError(f"{name} not found; looked for " + ", ".join(map(str, candidates))
                             + " (Omni3D's JSON files come from its datasets/Omni3D/download_omni3d_json.sh)")
 
+# %% ../../nbs/11_omni3d.ipynb #6008fb22
 def load_omni3d_root(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, image_root=None, **kwargs) -> dict[str, Scenes]:
     "Load `{source}_{split}.json` for every source and split under `root`, keyed by 'SOURCE_split'; `kwargs` go to `load_omni3d`."
     return {f"{src}_{spl}": load_omni3d(omni3d_json_path(root, src, spl), image_root=image_root, **kwargs)

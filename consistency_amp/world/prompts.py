@@ -69,6 +69,7 @@ def object_lines(scene: Scene, question: Question) -> list[str]:
     return [f'- object {k} = "{scene.object(i).category}", {MARKER_PHRASES[kind].format(color=color)}.'
             for k, (color, i) in enumerate(zip(MARKER_COLORS, question.object_ids), 1)]
 
+# %% ../../nbs/16_prompts.ipynb #615dff1f
 def prompt_text(scene: Scene, question: Question) -> str:
     "The user message: the object list, then the question sentence."
     return "\n".join(object_lines(scene, question) + [question.text()])
@@ -80,6 +81,7 @@ def prompt_messages(text: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict]
     return [{"role": "system", "content": [{"type": "text", "text": system_prompt}]},
             {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
 
+# %% ../../nbs/16_prompts.ipynb #421047ea
 @dataclass
 class Prompt:
     "One prompt: the messages, the marked image, the question, and the scene the image shows (for drawing and evaluation)."
@@ -91,6 +93,7 @@ class Prompt:
     @property
     def text(self) -> str: return self.messages[-1]["content"][-1]["text"]
 
+# %% ../../nbs/16_prompts.ipynb #3ce005e1
 def make_prompt(scene: Scene, image: Image.Image, question: Question, system_prompt: str = SYSTEM_PROMPT,
                 inplace: bool = False) -> Prompt:
     "The prompt for `question` on `image` (which shows `scene`): markers drawn (on a copy unless `inplace`), messages formatted."

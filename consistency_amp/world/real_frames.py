@@ -89,6 +89,7 @@ def kitti_object(row: dict, K, t, width: int, height: int, id: int) -> Object3D:
     obj.truncation = float(row["truncated"])           # the label's own value rather than the computed one
     return obj
 
+# %% ../../nbs/12_real_frames.ipynb #d0009441
 def kitti_scene(kitti_root, frame_id: str, split: str = "training") -> Scene:
     "Frame `frame_id` of a KITTI object folder (`{split}/image_2`, `label_2`, `calib`) as a `Scene`."
     root = Path(kitti_root)
@@ -120,6 +121,7 @@ def nearest_rotation(A) -> np.ndarray:
     if np.linalg.det(R) < 0: raise ValueError(f"not close to a rotation (det {np.linalg.det(A):.3f})")
     return R
 
+# %% ../../nbs/12_real_frames.ipynb #9fc8e5ff
 def read_sunrgbd_calib(path) -> tuple[np.ndarray, np.ndarray]:
     "(Rtilt, K) from a VoteNet SUN RGB-D calib file (two lines, each a column-major 3x3)."
     path = _need_file(Path(path), "SUN RGB-D calib file")
@@ -128,6 +130,7 @@ def read_sunrgbd_calib(path) -> tuple[np.ndarray, np.ndarray]:
     Rtilt, K = (_floats(path, i + 1, lines[i].split(), 9).reshape(3, 3, order="F") for i in (0, 1))
     return Rtilt, K
 
+# %% ../../nbs/12_real_frames.ipynb #dd9df055
 def upright_depth_to_camera(points, Rtilt) -> np.ndarray:
     "(N, 3) points from SUN RGB-D upright depth coordinates to Omni3D camera coordinates."
     return as_array(points, (-1, 3), "points") @ (_DEPTH_TO_CAMERA @ nearest_rotation(Rtilt).T).T

@@ -66,6 +66,7 @@ def fog(color, distance, fog_distance: float, fog_color) -> np.ndarray:
     f = 1 - np.exp(-np.asarray(distance, dtype=np.float64) / fog_distance)
     return np.asarray(color, dtype=np.float64) * (1 - f)[..., None] + np.asarray(fog_color, dtype=np.float64) * f[..., None]
 
+# %% ../../nbs/13a_rendering.ipynb #5e0206dd
 def _rgb(c) -> tuple[int, int, int]: return tuple(int(v) for v in np.clip(np.round(c), 0, 255))
 
 def face_colors(corners: np.ndarray, color, to_light: np.ndarray, fog_distance: float, fog_color) -> list:
@@ -204,6 +205,7 @@ def image_rng(seed: int, source: str, split: str, index: int) -> np.random.Gener
     "The random stream of image `index` of (`source`, `split`) in the world with `seed`."
     return np.random.default_rng([seed, list(SOURCES).index(resolve_source(source)), SPLIT_INDEX[split], index])
 
+# %% ../../nbs/13a_rendering.ipynb #f4777df3
 def generate_image(rng: np.random.Generator, source: str = "SUNRGBD", image_id: int = 0, file_path: str = "",
                    split: str = "train", size=None) -> tuple[SyntheticScene, Image.Image]:
     "Sample, render and annotate one scene: (scene with computed visibility and tight boxes, RGB image)."
@@ -211,6 +213,7 @@ def generate_image(rng: np.random.Generator, source: str = "SUNRGBD", image_id: 
     rendering = render_scene(scene)
     return annotate(scene, rendering), rendering.image
 
+# %% ../../nbs/13a_rendering.ipynb #3820e686
 def png_bytes(image: Image.Image, compress_level: int = 1) -> bytes:
     "`image` as PNG bytes, without metadata (deterministic)."
     buf = io.BytesIO()

@@ -114,6 +114,7 @@ def rotate_ccw(image: Image.Image, angle: int) -> Image.Image:
     if angle not in ROTATION_ANGLES: raise ValueError(f"rotation angle must be one of {ROTATION_ANGLES}, got {angle!r}")
     return image.copy() if angle == 0 else image.transpose(_TRANSPOSE[angle])
 
+# %% ../../nbs/18_ssl_tasks.ipynb #2e21faa0
 def rotation_example(scene: Scene, image: Image.Image, rng: np.random.Generator) -> SSLExample:
     "SSL4RL Rotation: the image and its copy rotated by a uniformly drawn multiple of 90 degrees; the answer is the angle."
     angle = int(rng.choice(ROTATION_ANGLES))
@@ -127,12 +128,14 @@ def tile_boxes(width: int, height: int, rows: int, cols: int) -> list[tuple[int,
     xs, ys = edges(width, cols), edges(height, rows)
     return [(xs[c], ys[r], xs[c + 1], ys[r + 1]) for r in range(rows) for c in range(cols)]
 
+# %% ../../nbs/18_ssl_tasks.ipynb #338154de
 def shuffle_tiles(image: Image.Image, rows: int, cols: int, rng: np.random.Generator):
     "(tiles in shown order, ground truth: per original position the 1-based shown number, raster boxes)."
     boxes = tile_boxes(*image.size, rows, cols)
     order = rng.permutation(len(boxes))                  # the k-th shown tile is original tile order[k]
     return [image.crop(boxes[i]) for i in order], tuple(int(k) + 1 for k in np.argsort(order)), boxes
 
+# %% ../../nbs/18_ssl_tasks.ipynb #418e6b35
 def reassemble(tiles: list, answer, boxes: list, size: tuple[int, int]) -> Image.Image:
     "The image rebuilt by putting shown tile `answer[p]` (1-based) at original position `p`."
     out = Image.new(tiles[0].mode, size)
@@ -161,6 +164,7 @@ def quadrant_boxes(width: int, height: int) -> dict[str, tuple[int, int, int, in
     w2, h2 = width // 2, height // 2
     return dict(zip(POSITION_LABELS, [(0, 0, w2, h2), (w2, 0, width, h2), (0, h2, w2, height), (w2, h2, width, height)]))
 
+# %% ../../nbs/18_ssl_tasks.ipynb #8cb06661
 def position_example(scene: Scene, image: Image.Image, rng: np.random.Generator, fraction=(0.2, 0.8),
                      min_size: int = 28) -> SSLExample | None:
     "SSL4RL Position: the image and a crop from one of its quadrants; the answer names the quadrant."
@@ -208,6 +212,7 @@ def color_jitter(image: Image.Image, rng: np.random.Generator, brightness=0.8, c
         image = _shift_hue(image, factors[3]) if k == 3 else ops[k](image).enhance(factors[k])
     return image
 
+# %% ../../nbs/18_ssl_tasks.ipynb #e31ca620
 def augment_view(image: Image.Image, rng: np.random.Generator, cfg: dict = CONTRASTIVE_AUGMENTATION):
     "(view, what was applied): SSL4RL's contrastive augmentation of `image` (crop-resize, jitter, grayscale, blur, flip)."
     box = resized_crop_box(*image.size, rng, cfg["scale"], cfg["ratio"])
@@ -221,6 +226,7 @@ def augment_view(image: Image.Image, rng: np.random.Generator, cfg: dict = CONTR
     if rng.random() < cfg["flip_p"]: view, applied["flip"] = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT), True
     return view, applied
 
+# %% ../../nbs/18_ssl_tasks.ipynb #73519937
 def contrastive_example(scene: Scene, image: Image.Image, rng: np.random.Generator, partner=None) -> SSLExample:
     "SSL4RL Contrastive: two augmented views of `image` (positive) or of `image` and `partner` = (scene, image) (negative)."
     positive = partner is None or rng.random() < 0.5
@@ -244,6 +250,7 @@ def ray_entry_depth(corners: np.ndarray, K: np.ndarray, u: float, v: float) -> f
         t_near, t_far = max(t_near, t1), min(t_far, t2)
     return float(t_near) if 0 < t_near <= t_far else None
 
+# %% ../../nbs/18_ssl_tasks.ipynb #d02eaf4b
 def visible_objects(scene: Scene) -> np.ndarray:
     "(height, width) index into `scene.objects` of the object each pixel shows, -1 for the backdrop (the renderer's id buffer)."
     return np.asarray(render_scene(scene).id_buffer, dtype=np.int64) - 1
@@ -286,6 +293,7 @@ def draw_numbered_points(image: Image.Image, points, radius: int = 15, alpha: in
         draw.text((u, v), str(k), fill="white", font=font, anchor="mm")
     return Image.alpha_composite(image.convert("RGBA"), overlay).convert("RGB")
 
+# %% ../../nbs/18_ssl_tasks.ipynb #1025dfad
 def jigsaw_3d_example(scene: Scene, image: Image.Image, rng: np.random.Generator, **point_kwargs) -> SSLExample | None:
     "Visual Jigsaw (3D): six numbered points in shuffled order; the answer lists the shown numbers from nearest to farthest."
     points = depth_points(scene, rng, **point_kwargs)
@@ -308,6 +316,7 @@ def build_ssl_example(task: str, scene: Scene, rng: np.random.Generator, image: 
     if task == "ssl4rl_contrastive": return contrastive_example(scene, image, rng, partner)
     return _BUILDERS[task](scene, image, rng)
 
+# %% ../../nbs/18_ssl_tasks.ipynb #9b10520a
 def ssl_examples(root_or_scenes, tasks=SSL_TASKS, seed: int = 0, source: str = "SUNRGBD", split_seed: int = 0,
                  test_fraction: float = 0.2) -> dict[str, list[SSLExample]]:
     "One example per training image of `source` and task (skipping images a task cannot use); never a test image."

@@ -36,6 +36,7 @@ def rendering_versions() -> dict[str, str]:
     from importlib.metadata import version
     return {name: version(name) for name in RENDERING_PACKAGES}
 
+# %% ../../nbs/13b_synthetic.ipynb #7d8edbc7
 @dataclass(frozen=True)
 class SyntheticConfig:
     "What synthetic world to build. `sources` accepts aliases ('indoor', 'outdoor'); sizes are (width, height)."

@@ -104,6 +104,7 @@ def pitch_rotation(pitch: float) -> np.ndarray:
     c, s = np.cos(pitch), np.sin(pitch)
     return np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
 
+# %% ../../nbs/13_synthetic_scenes.ipynb #dc6419cc
 def scaled_size(spec: SourceSpec, size=None) -> tuple[int, int, float]:
     "(width, height, scale) of images of `spec` at `size` (default `spec.size`); scale = width / default width."
     width, height = spec.size if size is None else size
@@ -111,6 +112,7 @@ def scaled_size(spec: SourceSpec, size=None) -> tuple[int, int, float]:
         raise ValueError(f"size: expected two integers >= 32 (width, height), got {size!r}")
     return int(width), int(height), width / spec.size[0]
 
+# %% ../../nbs/13_synthetic_scenes.ipynb #ed5be562
 def sample_intrinsics(rng: np.random.Generator, spec: SourceSpec, size=None) -> np.ndarray:
     "A 3x3 K for `spec` at `size`: focal in `spec.focal`, principal point jittered around `spec.principal`, scaled."
     width, height, scale = scaled_size(spec, size)
@@ -128,6 +130,7 @@ def footprints_overlap(a: np.ndarray, b: np.ndarray, margin: float = 0.0) -> boo
         if np.any((pa.max(0) + margin < pb.min(0)) | (pb.max(0) + margin < pa.min(0))): return False
     return True
 
+# %% ../../nbs/13_synthetic_scenes.ipynb #1058ba24
 def footprint(center_w, dimensions, yaw: float) -> np.ndarray:
     "(4, 2) floor footprint (x, z), in order around the box, of a box at world `center_w` with `yaw`."
     return box_corners(center_w, dimensions, yaw_rotation(yaw))[[0, 1, 5, 4]][:, [0, 2]]
@@ -147,6 +150,7 @@ class Backdrop:
     road: tuple[float, float] = (-5.25, 5.25)   # outdoor: road edges, world x (m)
     lane_lines: tuple[float, ...] = ()          # outdoor: dashed lane markings, world x (m)
 
+# %% ../../nbs/13_synthetic_scenes.ipynb #9efd1184
 @dataclass(eq=False, repr=False)
 class SyntheticScene(Scene):
     "An `omni3d.Scene` with what rendering needs beyond Omni3D's fields: the backdrop and each object's base colour."

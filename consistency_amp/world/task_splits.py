@@ -91,6 +91,7 @@ def visible_fraction(o: Object3D, filters: TaskFilters) -> float | None:
     if filters.visibility_fallback and o.truncation is not None: return 1.0 - float(o.truncation)
     return None
 
+# %% ../../nbs/17_task_splits.ipynb #d1ee0d5d
 def object_rejection(o: Object3D, scene: Scene, filters: TaskFilters) -> str | None:
     "Why `o` fails the single-object filters, or None when it passes."
     if not o.valid3D: return "no valid 3D box"
@@ -224,6 +225,7 @@ def selection_scores(c: Candidates, task: str, filters: TaskFilters) -> np.ndarr
     gap = np.ones(len(c.gaps)) if task == "absolute_distance" else np.clip(c.gaps / max(c.threshold, 1e-9), 1, GAP_CAP)
     return gap * np.sqrt(np.clip(c.min_area / max(filters.min_area, 1e-6), 1, AREA_CAP))
 
+# %% ../../nbs/17_task_splits.ipynb #4d5bf783
 def _weighted_order(rng: np.random.Generator, weights: np.ndarray) -> np.ndarray:
     keys = rng.random(len(weights)) ** (1.0 / weights)
     return np.argsort(-keys, kind="stable")
@@ -239,6 +241,7 @@ def select_groups(rng: np.random.Generator, groups: np.ndarray, weights: np.ndar
         if int(i) not in chosen: chosen.append(int(i))
     return chosen
 
+# %% ../../nbs/17_task_splits.ipynb #ad4dc219
 def _stable_int(*parts) -> int:
     return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "big")
 
@@ -309,6 +312,7 @@ def split_of(source: str, image_id: int, seed: int = 0, test_fraction: float = 0
     if not 0 <= test_fraction <= 1: raise ValueError(f"split_of: test_fraction must be in [0, 1], got {test_fraction!r}")
     return "test" if _stable_int("split", seed, source, image_id) / 2**64 < test_fraction else "train"
 
+# %% ../../nbs/17_task_splits.ipynb #82f4835d
 def split_examples(examples, seed: int = 0, test_fraction: float = 0.2) -> tuple[list[Example], list[Example]]:
     "(train, test): `examples` re-assigned to the fixed-seed per-image 80/20 split, their `split` fields set."
     train, test = [], []

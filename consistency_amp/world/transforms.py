@@ -79,11 +79,13 @@ def negations(T: Transform, task: str) -> int:
         return 0
     return int(T.flip and task == "orientation") + int(T.relation_swap) + int(T.order_swap) + int(T.marker_swap)
 
+# %% ../../nbs/15_transforms.ipynb #12de5501
 def relation_of(T: Transform, task: str) -> str:
     "φ_T as a relation for the consistency verifier: 'numeric' for numeric tasks, else 'opposite' for an odd number of negations, 'same' for an even one."
     n = negations(T, task)
     return "numeric" if task in NUMERIC_TASKS else ("opposite" if n % 2 else "same")
 
+# %% ../../nbs/15_transforms.ipynb #48019e0c
 def phi(relation: str, answer):
     "The answer map φ_T: the answer `x'` must have given `answer` on x, under `relation`."
     if relation not in ("same", "opposite", "numeric"): raise ValueError(f"relation must be 'same', 'opposite' or 'numeric', got {relation!r}")
@@ -110,6 +112,7 @@ def flip_intrinsics(K, width: float) -> np.ndarray:
     F = np.array([[-1.0, 0.0, width], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     return F @ as_array(K, (3, 3), "K") @ MIRROR
 
+# %% ../../nbs/15_transforms.ipynb #65712d64
 def flip_object(o: Object3D, width: float) -> Object3D:
     "`o` in the horizontally mirrored image of `width` pixels: 2D boxes, centre, rotation and corners mirrored."
     return _with(o, center=MIRROR @ o.center, R=MIRROR @ o.R @ MIRROR,
@@ -117,6 +120,7 @@ def flip_object(o: Object3D, width: float) -> Object3D:
                  bbox2D_tight=_flip_box(o.bbox2D_tight, width), bbox2D_proj=_flip_box(o.bbox2D_proj, width),
                  bbox2D_trunc=_flip_box(o.bbox2D_trunc, width))
 
+# %% ../../nbs/15_transforms.ipynb #36f31f52
 def flip_scene(scene: Scene) -> Scene:
     "The scene seen in the horizontally mirrored image (its `image_path` is cleared: the file on disk is not mirrored)."
     return _with(scene, K=flip_intrinsics(scene.K, scene.width),
@@ -205,6 +209,7 @@ def jitter_matrix(factors, mean_rgb) -> np.ndarray:
     grey = b * float(LUMA @ np.asarray(mean_rgb, dtype=np.float64))   # mean grey level after the brightness step
     return np.hstack([c * b * S, np.full((3, 1), (1 - c) * grey)])
 
+# %% ../../nbs/15_transforms.ipynb #e11f7fd6
 MEAN_STRIDE = 4   # the mean grey level is taken over every 4th pixel in x and y: 1/16 of the work, within ~0.1 level
 
 def mean_rgb(image: Image.Image, stride: int = MEAN_STRIDE) -> np.ndarray:
@@ -214,6 +219,7 @@ def mean_rgb(image: Image.Image, stride: int = MEAN_STRIDE) -> np.ndarray:
     hist = np.asarray(sample.histogram(), dtype=np.float64).reshape(3, 256)
     return hist @ np.arange(256) / hist[0].sum()
 
+# %% ../../nbs/15_transforms.ipynb #0e0e06c5
 def jitter_image(image: Image.Image, factors) -> Image.Image:
     "`image` (RGB) with brightness, contrast and saturation scaled by `factors`, in one colour-matrix pass."
     if image.mode != "RGB": raise ValueError(f"jitter_image needs an RGB image, got mode {image.mode!r}")
@@ -227,6 +233,7 @@ def other_template(rng: np.random.Generator, question: Question) -> int:
     k = int(rng.integers(n - 1))
     return k + (k >= question.template)
 
+# %% ../../nbs/15_transforms.ipynb #278e2aad
 def transform_question(question: Question, T: Transform) -> Question:
     "The augmented question: `T`'s template, relation swap, order swap and marker swap applied to `question`."
     changes = {}
@@ -303,6 +310,7 @@ def apply_transform(scene: Scene, image: Image.Image | None, question: Question,
         image = jitter_image(image, T.jitter) if T.jitter is not None else image.copy()
     return scene, image, transform_question(question, T)
 
+# %% ../../nbs/15_transforms.ipynb #4b732e2c
 def answer_pair(scene: Scene, question: Question, T: Transform) -> tuple:
     "(y, y', relation): ground truths of x and of x' = T(x), the latter recomputed from the transformed geometry."
     scene_t, _, question_t = apply_transform(scene, None, question, T)
