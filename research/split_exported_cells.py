@@ -4,6 +4,8 @@ with the last. The exported code is unchanged line for line (checked separately)
 import ast, json, sys, uuid, statistics
 from pathlib import Path
 
+LONG = 30   # a cell longer than this is split before every function or class, private ones too
+
 def is_public_def(node):
     return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")
 
@@ -14,12 +16,14 @@ def pieces(src: str):
     try: tree = ast.parse(code)
     except SyntaxError: return None
     nodes = tree.body
-    if sum(is_public_def(n) for n in nodes) < 2: return None
+    long = len(body) > LONG
+    boundary = (lambda n: isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))) if long else is_public_def
+    if sum(boundary(n) for n in nodes) < 2: return None
     if any(l.startswith("#|") for l in body): return None      # other directives: leave alone
     groups, current = [], []
     for n in nodes:
         current.append(n)
-        if is_public_def(n): groups.append(current); current = []
+        if boundary(n): groups.append(current); current = []
     if current: groups[-1] += current                          # trailing statements stay with the last def
     out, start = [], 0
     for i, g in enumerate(groups):

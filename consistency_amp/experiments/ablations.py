@@ -80,8 +80,10 @@ def _common(*by_seed: dict) -> list[int]:
     "The seeds every condition has, in order."
     return sorted(set.intersection(*(set(d) for d in by_seed)))
 
+# %% ../../nbs/47b_ablations.ipynb #d779a339
 def _stack(by_seed: dict, seeds, columns) -> np.ndarray: return np.stack([by_seed[s][0][columns] for s in seeds])
 
+# %% ../../nbs/47b_ablations.ipynb #e4f5e96e
 def figure8_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 2000) -> list[dict]:
     "Per ablation task and pairing: trained-task accuracy, other tasks' change over the base, minimal's paired margin and power."
     base = seed_outcomes(config, "base", runs_dir)

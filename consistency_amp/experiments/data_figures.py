@@ -344,6 +344,7 @@ def _verdict(record: dict, task: str) -> str:
     if isinstance(c, bool) or (task in BOOLEAN_TASKS and c in (0, 1)): return "correct" if c else "wrong"
     return f"score {c:.2f}" if isinstance(c, (int, float)) else "not scored"
 
+# %% ../../nbs/44_data_figures.ipynb #410b255c
 def qualitative_figure(results, runs_dir, task: str = "depth", source: str = "SUNRGBD", size: str = "7B",
                        scale: str | None = None, reward: str = "consistency", max_lines: int = 40) -> tuple[Figure, dict]:
     "Appendix C: image, question and the base / trained completions side by side, or what is missing; returns (figure, data)."

@@ -144,6 +144,7 @@ def _batches(items: Iterable, size: int) -> Iterator[list]:
     it = iter(items)
     while batch := list(islice(it, size)): yield batch
 
+# %% ../../nbs/30_evaluation.ipynb #3e6b8a8f
 def answer_examples(examples: Sequence[Example], completer, *, consistency_samples: int = 1, seed: int = 0,
                     batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, desc: str | None = None,
                     shard: tuple[int, int] = (0, 1)) -> list[dict]:
@@ -220,6 +221,7 @@ def _model_name(model) -> str:
     if isinstance(model, (str, os.PathLike)): return os.fspath(model)
     return str(getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__)
 
+# %% ../../nbs/30_evaluation.ipynb #7cfbe046
 def _check_adapter(adapter, model=None) -> None:
     "Both adapter files checked before the data and the model load: a damaged one is named with the way out, whatever the backend."
     if adapter is None: return
@@ -230,6 +232,7 @@ def _check_adapter(adapter, model=None) -> None:
     from consistency_amp.training.adapter_files import check_adapter   # (imported on first use, like _load_model)
     check_adapter(folder)
 
+# %% ../../nbs/30_evaluation.ipynb #8a669a51
 def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device):
     "What answers the prompts: a given completer, vLLM's engine for a model name, or `GreedyDecoder` on the model."
     check_choice("backend", backend, BACKENDS)
@@ -246,6 +249,7 @@ def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: 
     else: model = _load_adapter(model_or_name, adapter) if adapter is not None else model_or_name
     return GreedyDecoder(model, processor, max_new_tokens)
 
+# %% ../../nbs/30_evaluation.ipynb #70435fb9
 def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
              data_root=None, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
              consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,

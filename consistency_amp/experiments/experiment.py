@@ -88,6 +88,7 @@ def _job_command(config: ExperimentConfig, condition: str, seed: int, runs_dir) 
     return [sys.executable, "-m", "consistency_amp.experiments.experiment", "--config-json", json.dumps(asdict(config)),
             *where, "--job", f"{condition}:{seed}"]
 
+# %% ../../nbs/46_experiment.ipynb #b9ccd14a
 def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tuple[str, int]]:
     "Run the missing jobs, `workers` at a time (one thread each); the jobs run. Raises naming the log of a failed one. On SIGTERM, SIGINT or SIGUSR1 it starts no more jobs, asks the running ones to stop (each saves a checkpoint) and exits with 128 + the signal."
     from tqdm.auto import tqdm

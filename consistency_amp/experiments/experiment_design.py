@@ -31,6 +31,7 @@ __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_
 # %% ../../nbs/45a_experiment_design.ipynb #adcb36d4
 def _f(default, help: str): return field(default=default, metadata={"help": help})
 
+# %% ../../nbs/45a_experiment_design.ipynb #2e7b5764
 # The default: the base, the accuracy reward, and the label-free consistency reward with its blind control, in the
 # form that measures something here: with the marker swap on every pair (the paper's own set collapses in miniature,
 # `figures/README.md`; it runs under --full). Their sampled answers are evaluated too (SAMPLED_CONDITIONS, below).
@@ -138,16 +139,19 @@ def _no_ability_model(config) -> str:
     from consistency_amp.training.spatial_bases import NO_ABILITY_BASE   # (imported late: the module loads torch)
     return NO_ABILITY_BASE
 
+# %% ../../nbs/45a_experiment_design.ipynb #59ec4778
 def _small_model(config) -> str:
     from consistency_amp.training.spatial_bases import STANDS_IN_FOR     # the shipped base that stands in for 3B
     return next(name for name, size in STANDS_IN_FOR.items() if size == "3B")
 
+# %% ../../nbs/45a_experiment_design.ipynb #045cb5d2
 # the conditions that evaluate a model as it is, and that model; a trained condition starts from the model of one
 # of them (its `start`, by default "base")
 def _pretext_model(config) -> str:
     from consistency_amp.training.pretext_base import pretext_base_path   # built on first use (about 2 minutes)
     return str(pretext_base_path(config.model))
 
+# %% ../../nbs/45a_experiment_design.ipynb #9374a62c
 EVALUATED_ONLY = {"base": lambda config: config.model, "no_ability_base": _no_ability_model, "base_small": _small_model,
                   "pretext_base": _pretext_model}
 assert set(CONDITION_OVERRIDES) | set(EVALUATED_ONLY) == set(FULL_CONDITIONS) and set(SCIENCE_CONDITIONS) <= set(CONDITIONS)

@@ -103,6 +103,7 @@ CONDITION_LABELS = {"base": "base", "accuracy": "accuracy reward", "consistency"
                     "blind_marker_swap": "blind\n(marker swap)"}   # tick labels; in one line: "\n" -> " "
 def _label(condition: str) -> str: return CONDITION_LABELS.get(condition, condition).replace("\n", " ")
 
+# %% ../../nbs/47_experiment_figures.ipynb #6b4e720f
 def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the trained task"):
     "Accuracy on the trained task per base (one panel each), task and reward, with intervals and seeds; the figure."
     import matplotlib.pyplot as plt
@@ -189,6 +190,7 @@ def _plot_gains(ax, rows: list[dict]):
     ax.margins(y=0.15)                                                            # room for the labels above the bars
     ax.set(title="one sample: change over the base (pp)", ylabel="percentage points")
 
+# %% ../../nbs/47_experiment_figures.ipynb #1b5e04ee
 def plot_sampled(rows: list[dict], title: str = "The sampled answers: one sample at T = 1, and the majority of 8"):
     "Sampled and majority-of-8 accuracy per condition, and the change of one sample over the base, with intervals and seeds; the figure."
     import matplotlib.pyplot as plt
@@ -311,10 +313,10 @@ def _joint_summary(science_csv, sampled_csv) -> str:
         text += "."
     return text
 
+# %% ../../nbs/47_experiment_figures.ipynb #516bfac8
 def miniature_summary(science_csv, sampled_csv, per_task_csv=None) -> str:
     "The README's first-screen paragraph from the stored `science.csv` (with the per-task ablations' rows, where run), `science_sampled.csv` and (if given and run) `science_per_task.csv`."
     text = _joint_summary(science_csv, sampled_csv)
     if per_task_csv is not None and Path(per_task_csv).is_file(): text = per_task_summary(per_task_csv) + " " + text   # the paper's claim first
     from consistency_amp.experiments.ablations import ablation_summary   # Figures 8 and 6 per task, where run
     return text + (f" {ablations}" if (ablations := ablation_summary(science_csv)) else "")
-

@@ -43,6 +43,7 @@ def _q(value) -> str:
     value = str(value)
     return f'"{value}"' if value == DATA_ROOT_PLACEHOLDER else shlex.quote(value)
 
+# %% ../../nbs/34_launcher.ipynb #03c97c06
 def _train_args(spec: dict, runs_dir, save_steps: int) -> list[tuple[str, object]]:
     args = [(k, spec[k]) for k in ("task", "source", "reward", "pairing", "model", "data_root", "steps")]
     args += [("num_generations", spec["num_generations"])]
@@ -52,6 +53,7 @@ def _train_args(spec: dict, runs_dir, save_steps: int) -> list[tuple[str, object
     if runs_dir is not None: args.append(("runs_dir", os.fspath(runs_dir)))
     return [(k, v) for k, v in args if v is not None] + [("resume", "true")]
 
+# %% ../../nbs/34_launcher.ipynb #63151860
 def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", nproc_per_node: int = 8,
                   save_steps: int = 50, accelerate_config: str = ACCELERATE_CONFIG) -> str:
     "The shell command that trains (or resumes) the run of `spec`."
@@ -118,6 +120,7 @@ def _quiet(log_path: Path):
         finally:
             if verbosity is not None: transformers.logging.set_verbosity(verbosity)
 
+# %% ../../nbs/34_launcher.ipynb #ba7d8323
 def _train_here(spec: dict, runs: Path, settings: dict) -> Path:
     from consistency_amp.training.train import run_training
     return run_training(dict(task=spec["task"], source=spec["source"], reward=spec["reward"], pairing=spec["pairing"],
@@ -129,6 +132,7 @@ def _train_here(spec: dict, runs: Path, settings: dict) -> Path:
                              run_name=spec["name"], runs_dir=str(runs), resume=True, save_steps=settings["save_steps"],
                              report_to="none"))
 
+# %% ../../nbs/34_launcher.ipynb #cfffb5e9
 def _evaluate_here(spec: dict, runs: Path, folder: str) -> list[Path]:
     from consistency_amp.experiments.run_evaluation import evaluate_model, evaluate_run
     record, written = read_run(runs / folder), []
@@ -142,6 +146,7 @@ def _evaluate_here(spec: dict, runs: Path, folder: str) -> list[Path]:
                                             data_root=spec["data_root"], **kw))
     return written
 
+# %% ../../nbs/34_launcher.ipynb #450b8c9f
 def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = None, mode: str | None = None, *,
                    figures=None, launcher: str | None = None, data_root=None, external_models: dict | None = None,
                    progress: bool = True, file=None, accelerate_config: str = ACCELERATE_CONFIG, **overrides) -> list[dict]:
@@ -188,6 +193,7 @@ def launcher_lock(runs: Path):
         owner.unlink(missing_ok=True)
         file_lock.release()
 
+# %% ../../nbs/34_launcher.ipynb #68115953
 def _run_here(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress: bool, file) -> list[dict]:
     if not todo:
         for s in blocked: print(f"not launched, {s.status}: {s.run}: {s.detail}", file=file)
@@ -195,6 +201,7 @@ def _run_here(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress
         return []
     with launcher_lock(runs): return _launch(todo, blocked, m, runs, progress, file)
 
+# %% ../../nbs/34_launcher.ipynb #11d75d52
 def _launch(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress: bool, file) -> list[dict]:
     from tqdm import tqdm
     done = []

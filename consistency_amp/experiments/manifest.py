@@ -85,8 +85,10 @@ TRAIN_IDENTITY_KEYS = ("task", "source", "reward", "model", "steps", "num_genera
 
 def _base_name(size: str, scale: str) -> str: return f"base-{model_tags(scale)[size]}"
 
+# %% ../../nbs/31_manifest.ipynb #049dc0d1
 def _external_name(key: str) -> str: return "external-" + key.replace("_", "-")
 
+# %% ../../nbs/31_manifest.ipynb #b15f063c
 def train_spec(scale: str, settings: dict, models: dict, *, task: str, reward: str, size: str = "7B",
                pairing: str = "minimal", label_noise: float = 0.0, data_root: str | None = None) -> dict:
     "The spec of one training run on SUN RGB-D (per-task, or 'joint' on the four boolean tasks)."

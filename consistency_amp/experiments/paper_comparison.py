@@ -52,6 +52,7 @@ def _transfer_values(d: pd.DataFrame, prefix: str, out: dict) -> None:
             for m in ("accuracy", "consistency"):
                 if t in tasks: out[f"cross_task_from_{t}_{m}"] = mean_of(cell_at(d, m, t, b) for b in tasks if b != t)
 
+# %% ../../nbs/43_paper_comparison.ipynb #e8d210c3
 def user_values(figures: dict, extra: dict | None = None) -> dict[str, Cell]:
     "key -> the user's Cell for each paper number computable from the figures' data (by name) and `extra` cells."
     if unknown := sorted(set(figures) - set(FIGURE_NAMES)): raise ValueError(f"user_values: unknown figure name(s) {unknown}; expected {FIGURE_NAMES}")

@@ -35,6 +35,7 @@ def _external_models(pairs: list[str], path: str | None) -> dict:
         models[key.strip()] = model.strip()
     return models
 
+# %% ../../nbs/35_registry.ipynb #f6525160
 def argument_parser() -> argparse.ArgumentParser:
     "The parser of `python -m consistency_amp.experiments.registry`."
     parser = argparse.ArgumentParser(prog="python -m consistency_amp.experiments.registry",

@@ -44,6 +44,7 @@ def _rate(value, where: str, problems: list) -> float:
         return math.nan
     return float(value)
 
+# %% ../../nbs/32_results.ipynb #e84f7262
 def _params_problems(record: RunRecord) -> list[str]:
     params = record.params
     if params is None: return []                    # read_run lists params.json as missing
@@ -53,6 +54,7 @@ def _params_problems(record: RunRecord) -> list[str]:
     if not params.get("model"): return ["params.json lacks 'model'"]
     return []
 
+# %% ../../nbs/32_results.ipynb #39cedff5
 def _damaged_evals(record: RunRecord) -> dict[str, str]:
     "{eval_name: problem} of the eval files `read_run` could not read, each with the command that writes it again."
     folder = record.path / EVAL_DIR
@@ -63,6 +65,7 @@ def _damaged_evals(record: RunRecord) -> dict[str, str]:
         except (ValueError, OSError) as e: damaged[path.stem] = str(e)
     return damaged
 
+# %% ../../nbs/32_results.ipynb #301eace9
 def run_rows(record: RunRecord) -> list[dict]:
     "The results-table rows of one run (see `results_table`)."
     p = record.params or {}

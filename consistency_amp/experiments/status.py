@@ -32,11 +32,13 @@ def _model_key(model) -> str | None:
     model = os.fspath(model)
     return Path(model).name if os.path.isabs(model) else model
 
+# %% ../../nbs/33_status.ipynb #369c6935
 def _same(a, b) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
     return a == b
 
+# %% ../../nbs/33_status.ipynb #79ac82af
 def param_differences(spec: dict, params: dict | None) -> list[str]:
     "The identity keys on which a run's stored `params` differ from `spec` ('key: stored X, wanted Y')."
     if params is None: return ["params.json missing"]
@@ -90,6 +92,7 @@ def _training_detail(record: RunRecord) -> str:
     if record.problems: parts.append("; ".join(record.problems))
     return "; ".join(p for p in parts if p and p != "missing ")
 
+# %% ../../nbs/33_status.ipynb #0a8470ad
 def spec_status(spec: dict, records: dict[str, RunRecord], need: dict | None = None) -> dict:
     "Where `spec` stands among `records` ({name: RunRecord}) for `need` (one figure's {pairs, examples}; default: all its figures)."
     out = dict(status="missing", found=None, exists=False, detail="")

@@ -162,6 +162,7 @@ def expected_reward_by_states(K: int, strategy: str, *, p=0.5, relation: str = "
             total += weight * ps * pt * totals[SIDES.index(side)]
     return total / K
 
+# %% ../../nbs/02_baseline.ipynb #121f7945
 def _minimal_exact_unparseable(K: int, p: float, q: float, relation: str, side: str) -> float:
     "expected_reward_by_states for minimal pairing in floating point."
     if relation == "mixture":

@@ -55,6 +55,7 @@ def _both_or_neither(row: dict, columns: tuple[str, str], where: str) -> bool:
         raise ValueError(f"{where}: {columns[given.index(True)]!r} is given but {columns[given.index(False)]!r} is not; give both or neither")
     return all(given)
 
+# %% ../../nbs/05a_paired_data.ipynb #84fa96e4
 def _check_answers(row: dict, where: str) -> None:
     "The relation, answer type and labels of a row, where given (a row or the stored scalar columns of one)."
     if "relation" in row and "answer_type" in row:
@@ -66,6 +67,7 @@ def _check_answers(row: dict, where: str) -> None:
             raise ValueError(f"{where}: ground_truth {row['ground_truth']} and ground_truth_augmented {row['ground_truth_augmented']} "
                              f"contradict relation {row['relation']!r}: T's effect on the answer is not what the row says")
 
+# %% ../../nbs/05a_paired_data.ipynb #73777469
 def check_pair_row(row: dict, index: int) -> dict:
     "Raise, naming the column and the row `index`, unless `row` is a valid pair row; the row."
     where = f"paired dataset row {index}"

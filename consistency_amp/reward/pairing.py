@@ -177,11 +177,13 @@ def _column(values, name: str, n: int) -> Sequence:
     if len(values) != n: raise ValueError(f"column {name!r} has {len(values)} values but there are {n} completions")
     return values
 
+# %% ../../nbs/01_pairing.ipynb #f6743244
 def _one_value(column: Sequence, name: str, members: list, pair) -> str:
     values = {column[k] for k in members}
     if len(values) != 1: raise ValueError(f"pair_id {pair!r}: its completions disagree on {name!r}: {sorted(map(repr, values))}")
     return values.pop()
 
+# %% ../../nbs/01_pairing.ipynb #fdbd16fe
 def consistency_reward_func(completions, pair_id, side, relation, answer_type, strategy: str = "minimal",
                             **kwargs) -> list[float]:
     "TRL reward function: paired consistency rewards of each completion, grouped by `pair_id` and `side`."

@@ -111,12 +111,14 @@ def format_reward(completion, answer_type: str) -> float:
 # %% ../../nbs/00_verifiers.ipynb #aced4a0f
 def _is_bool(x) -> bool: return isinstance(x, (bool, np.bool_))
 
+# %% ../../nbs/00_verifiers.ipynb #b938c890
 def _as_bool(x, param: str) -> bool | None:
     if x is None: return None
     if _is_bool(x): return bool(x)
     raise TypeError(f"{param} must be a bool (or None when unparseable) for a boolean verifier; "
                     f"got {type(x).__name__} {x!r}")
 
+# %% ../../nbs/00_verifiers.ipynb #1cb1fd3c
 def _as_number(x, param: str) -> float | None:
     if x is None: return None
     if _is_bool(x) or not isinstance(x, numbers.Real):
@@ -125,10 +127,12 @@ def _as_number(x, param: str) -> float | None:
     try: return float(x)  # plain float: no numpy overflow warnings below
     except OverflowError: return math.inf if x > 0 else -math.inf  # an int beyond float range
 
+# %% ../../nbs/00_verifiers.ipynb #402f9a00
 def _is_magnitude(x: float | None) -> bool:
     "A usable numeric prediction: parsed, finite and non-negative."
     return x is not None and math.isfinite(x) and x >= 0
 
+# %% ../../nbs/00_verifiers.ipynb #f54ca02f
 def accuracy(y, y_star, answer_type: str) -> float:
     "Accuracy verifier: exact match for booleans, max(0, 1 - |y - y*| / y*) for numbers; 0 for an unparseable y."
     check_choice("answer_type", answer_type, ANSWER_TYPES)

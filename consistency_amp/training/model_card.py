@@ -44,10 +44,12 @@ def _trained_with(params: dict) -> str:
     return {"consistency": "OT-GRPO and the label-free consistency reward", "accuracy": "GRPO and the ground-truth accuracy "
             "reward"}.get(params["reward"], "GRPO and a self-supervised pretext reward, a baseline of the paper's Figure 5")
 
+# %% ../../nbs/22b_model_card.ipynb #d2fd027f
 def _trained_on(params: dict) -> str:
     return (f"the {params['task']} task of {params['source']}" if params["reward"] in ("consistency", "accuracy")
             else f"the training images of {params['source']}")
 
+# %% ../../nbs/22b_model_card.ipynb #f4f64df0
 def model_card(run_dir) -> str:
     "The model card of the run in `run_dir`: Hub metadata, the paper, the training parameters, how to load it, its results."
     from huggingface_hub import ModelCard, ModelCardData

@@ -32,6 +32,7 @@ def _f(default, help: str):
     return field(default_factory=lambda: default, metadata={"help": help}) if isinstance(default, (list, dict, tuple)) \
         else field(default=default, metadata={"help": help})
 
+# %% ../../nbs/24_pretraining.ipynb #c04fcf96
 THINKS = ("match", "claim", "facts", "cues", "none")   # what the <think> of a pretraining target states
 FACTS = ("seen", "random")   # whether the targets follow the image, or a coin (the no-ability control)
 LATER_RECIPE_FIELDS = {"facts": "seen"}   # added after bases were built: left out of to_dict at this value (same keys)
@@ -303,6 +304,7 @@ RECIPE_FILE, EDGES_FILE, LOG_FILE = "recipe.json", "cue_edges.json", "pretrain_l
 def _lr_factor(steps: int, warmup: int):
     return lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
 
+# %% ../../nbs/24_pretraining.ipynb #2eaa04d9
 def _perception_stage(model, head, seen, items, recipe: BaseRecipe, rng, log: list, progress: bool):
     "Train the vision tower and the head alone on the dense targets (cheap: no language model forward)."
     from tqdm.auto import tqdm
@@ -320,6 +322,7 @@ def _perception_stage(model, head, seen, items, recipe: BaseRecipe, rng, log: li
         log.append({"perception_step": step + 1, "perception_loss": round(loss.item(), 5)})
         bar.set_postfix(perception=f"{loss.item():.3f}")
 
+# %% ../../nbs/24_pretraining.ipynb #bd90f4b8
 def _logic_stage(model, items, recipe: BaseRecipe, tokenizer, edges, rng, log: list, progress: bool):
     "Train the language model alone on text-only batches: it learns the think's wording logic at half the cost."
     from tqdm.auto import tqdm
@@ -335,6 +338,7 @@ def _logic_stage(model, items, recipe: BaseRecipe, tokenizer, edges, rng, log: l
         log.append({"logic_step": step + 1, "logic_loss": round(loss.item(), 5)})
         bar.set_postfix(logic=f"{loss.item():.3f}")
 
+# %% ../../nbs/24_pretraining.ipynb #bd11714e
 def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
     "Pretrain the base of `recipe` and save it (model, processor, recipe, cue edges, log) to the new folder `out_dir`."
     from tqdm.auto import tqdm

@@ -73,6 +73,7 @@ def _read_json_into(path: Path, record: RunRecord):
         record.problems.append(f"{path.relative_to(record.path)}: not a JSON object"); return None
     return value
 
+# %% ../../nbs/22c_run_records.ipynb #82b9c31f
 def _check_log(record: RunRecord) -> None:
     steps = [r.get("step") for r in record.train_log]
     if any(not isinstance(s, int) for s in steps):
@@ -83,6 +84,7 @@ def _check_log(record: RunRecord) -> None:
     if record.train_log and (absent := [f for f in REQUIRED_LOG_FIELDS if f not in record.train_log[-1]]):
         record.problems.append(f"{TRAIN_LOG_FILE}: last line lacks {absent}")
 
+# %% ../../nbs/22c_run_records.ipynb #1f75c051
 def read_run(path: str | os.PathLike) -> RunRecord:
     "Everything the run folder `path` holds, with what is missing and what is inconsistent; never raises on a damaged run."
     path = Path(path)

@@ -262,11 +262,13 @@ def _data_identity(data_root):
     try: return {"synthetic world": json.loads((Path(data_root) / WORLD_MARKER).read_text())["config"]}
     except (OSError, ValueError, KeyError, TypeError): return data_root
 
+# %% ../../nbs/22_runs.ipynb #41f21486
 def _experiment(params: dict) -> dict:
     out = {k: v for k, v in params.items() if k not in OPERATIONAL_KEYS + METADATA_KEYS}
     if "data_root" in out: out["data_root"] = _data_identity(out["data_root"])
     return out
 
+# %% ../../nbs/22_runs.ipynb #942e59ac
 def _check_params(params: dict) -> dict:
     if not isinstance(params, dict): raise ValueError(f"params must be a dict, got {type(params).__name__}")
     kind = params.get("kind", "train")
@@ -275,6 +277,7 @@ def _check_params(params: dict) -> dict:
         raise ValueError(f"a training run's params need {list(TRAIN_REQUIRED_KEYS)}; missing or None: {missing}")
     return {k: params.get(k) for k in PARAM_KEYS} | dict(params) | {"kind": kind}
 
+# %% ../../nbs/22_runs.ipynb #731fd42c
 def _runs_folder(folder: Path) -> Path:
     "`folder`, created if needed; ValueError naming it (and the way to choose another) if it cannot be."
     try: folder.mkdir(parents=True, exist_ok=True)
@@ -283,10 +286,12 @@ def _runs_folder(folder: Path) -> Path:
                          f"runs_dir=... (CLI: --runs_dir; or ${RUNS_ENV})") from None
     return folder
 
+# %% ../../nbs/22_runs.ipynb #a5955801
 def _writer_of(path: Path):
     try: return read_json(path / STATUS_FILE).get("writer")
     except (OSError, ValueError, AttributeError): return None
 
+# %% ../../nbs/22_runs.ipynb #758d80b5
 def _exists_error(path: Path) -> FileExistsError:
     "The error for a plain start of the existing run `path`: its state, and resume first when it was interrupted."
     state, step = effective_state(path)
@@ -298,6 +303,7 @@ def _exists_error(path: Path) -> FileExistsError:
     return FileExistsError(f"run directory {path} already exists{detail and detail + ')'}. Runs are never overwritten "
                            f"silently: pass {ways}, or choose another run name.")
 
+# %% ../../nbs/22_runs.ipynb #9bbeb523
 def create_run(name: str, params: dict, overwrite: bool = False, resume: bool = False,
                runs: str | os.PathLike | None = None) -> Path:
     "Create the folder of run `name` with `params`; an existing run is an error unless `overwrite` or `resume`. This process holds a training run's lock from here until `release_run_lock` (training's end)."
@@ -316,6 +322,7 @@ def create_run(name: str, params: dict, overwrite: bool = False, resume: bool = 
         if locked and not held: release_run_lock(path)
         raise
 
+# %% ../../nbs/22_runs.ipynb #67409c7a
 def _new_run(path: Path, params: dict, locked: bool, overwrite: bool) -> Path:
     "Assemble the run in a staging folder (locked before anyone can see it) and rename it into place."
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
@@ -340,6 +347,7 @@ def _new_run(path: Path, params: dict, locked: bool, overwrite: bool) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
     return path
 
+# %% ../../nbs/22_runs.ipynb #1e714b1e
 LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None}   # training parameters added after runs were first written: absent means this value
 
 def _resume_run(path: Path, params: dict) -> Path:

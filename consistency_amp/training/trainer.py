@@ -39,7 +39,7 @@ def _param(default, help: str, **kwargs):
     "A dataclass field with `help` metadata, as `HfArgumentParser` and TRL's configs use."
     return field(default=default, metadata={"help": help}, **kwargs)
 
-
+# %% ../../nbs/21_trainer.ipynb #246f1434
 @dataclass
 class OTGRPOConfig(GRPOConfig):
     "`GRPOConfig` for paired-prompt training with the consistency or the accuracy reward; paper defaults (Section 5.1)."

@@ -220,9 +220,11 @@ def _json_type(v) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
             type(None): "null"}.get(type(v), type(v).__name__)
 
+# %% ../../nbs/11_omni3d.ipynb #998dfee8
 def _file_error(json_path: Path, problem: str, field=None, kind="file", record_id=None) -> Omni3DFormatError:
     return Omni3DFormatError(f"{json_path}: {problem}; {_REPLACE_FILE}", json_path, kind, record_id, field)
 
+# %% ../../nbs/11_omni3d.ipynb #b932b00c
 def _read_json(json_path: Path) -> dict:
     if not json_path.is_file(): raise FileNotFoundError(f"Omni3D file not found: {json_path}")
     raw = json_path.read_bytes()
@@ -239,6 +241,7 @@ def _read_json(json_path: Path) -> dict:
         raise _file_error(json_path, f"top-level 'categories' must be a list, got {_json_type(data['categories'])}", "categories")
     return data
 
+# %% ../../nbs/11_omni3d.ipynb #6b9e6dcc
 def _info(data: dict, json_path: Path) -> dict:
     "The file's `info`: an object, a list holding one (as in some Omni3D files), or absent."
     info = data.get("info")
@@ -248,6 +251,7 @@ def _info(data: dict, json_path: Path) -> dict:
         raise _file_error(json_path, f"top-level 'info' must be an object (or a list holding one), got {_json_type(info)}", "info")
     return info
 
+# %% ../../nbs/11_omni3d.ipynb #22b4546d
 def _source_split(info: dict, json_path: Path) -> tuple[str, str]:
     stem = json_path.stem.rsplit("_", 1)
     name = info.get("name") if isinstance(info.get("name"), str) and info.get("name").strip() else None
@@ -255,6 +259,7 @@ def _source_split(info: dict, json_path: Path) -> tuple[str, str]:
     split = info.get("split") if isinstance(info.get("split"), str) else (stem[1] if len(stem) == 2 else "")
     return source, split.lower()
 
+# %% ../../nbs/11_omni3d.ipynb #532005ab
 def _parse_categories(data: dict, json_path: Path) -> dict[int, str]:
     cats = {}
     for i, c in enumerate(data.get("categories") or []):
@@ -266,6 +271,7 @@ def _parse_categories(data: dict, json_path: Path) -> dict[int, str]:
             raise _file_error(json_path, f"category #{i}: {e}", e.field, "category", i) from None
     return cats
 
+# %% ../../nbs/11_omni3d.ipynb #6761c50b
 def _record_id(rec, i):
     return rec["id"] if isinstance(rec, dict) and isinstance(rec.get("id"), (int, str)) else f"#{i}"
 
@@ -275,6 +281,7 @@ def _records(records: list, desc: str, progress: bool | None):
     from tqdm import tqdm
     return tqdm(records, desc=desc, unit="record", leave=False, disable=None if progress is None else not progress)
 
+# %% ../../nbs/11_omni3d.ipynb #4655da9d
 def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_images: bool = True,
                 keep_invalid3d: bool = False, verbose: bool = True, progress: bool | None = None) -> Scenes:
     "Read one Omni3D JSON file into `Scene`s; bad records raise `Omni3DFormatError` or, with `on_error='skip'`, are skipped and reported."

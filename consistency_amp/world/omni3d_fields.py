@@ -21,31 +21,37 @@ class Omni3DFormatError(ValueError):
         super().__init__(message)
         self.path, self.kind, self.record_id, self.field = path, kind, record_id, field
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #500e9f77
 class _FieldError(ValueError):
     def __init__(self, field: str, problem: str):
         super().__init__(f"field '{field}': {problem}")
         self.field, self.problem = field, problem
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #7b80836c
 def _need(rec, key):
     if not isinstance(rec, dict): raise _FieldError("<record>", f"expected a JSON object, got {type(rec).__name__}")
     if key not in rec: raise _FieldError(key, "missing key")
     return rec[key]
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #a3c17504
 def _int(rec, key, positive=False) -> int:
     v = _need(rec, key)
     if isinstance(v, bool) or not isinstance(v, int): raise _FieldError(key, f"expected an integer, got {v!r}")
     if positive and v <= 0: raise _FieldError(key, f"must be positive, got {v}")
     return v
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #c7b5f0b3
 def _str(rec, key) -> str:
     v = _need(rec, key)
     if not isinstance(v, str) or not v: raise _FieldError(key, f"expected a non-empty string, got {v!r}")
     return v
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #d42489ae
 MAX_ABS_VALUE = 1e6   # metres or pixels: anything larger is a corrupt record, and would overflow products later
 
 def _has_bool(v) -> bool: return isinstance(v, bool) or (isinstance(v, (list, tuple)) and any(_has_bool(x) for x in v))
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #99aae1c4
 def _arr(rec, key, shape) -> np.ndarray:
     v = _need(rec, key)
     if _has_bool(v): raise _FieldError(key, f"expected numbers, got a boolean in {v!r}")   # JSON true would read as 1.0
@@ -55,12 +61,14 @@ def _arr(rec, key, shape) -> np.ndarray:
         raise _FieldError(key, f"a value of magnitude {np.abs(arr).max():.3g} (> {MAX_ABS_VALUE:g}) is not a plausible coordinate")
     return arr
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #66042121
 def _flag(rec, key, default=None) -> bool | None:
     if default is not None and key not in rec: return default
     v = _need(rec, key)
     if isinstance(v, (bool, int, float)) and v in (0, 1): return bool(v)
     raise _FieldError(key, f"expected true or false, got {v!r}")
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #13fa9601
 def _optional_number(rec, key, kind=float, lo=None, hi=None):
     v = rec.get(key, -1)
     if v is None or (not isinstance(v, bool) and isinstance(v, (int, float)) and v == -1): return None
@@ -71,6 +79,7 @@ def _optional_number(rec, key, kind=float, lo=None, hi=None):
         raise _FieldError(key, f"{v!r} is outside [{lo}, {hi}]")
     return kind(v)
 
+# %% ../../nbs/11b_omni3d_fields.ipynb #2980c12c
 def _optional_box(rec, key) -> np.ndarray | None:
     if key not in rec: return None
     box = _arr(rec, key, (4,))

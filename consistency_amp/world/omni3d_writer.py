@@ -21,8 +21,10 @@ def _list(x, missing=-1):
     if x is None: return [missing] * 4
     return np.asarray(x, dtype=np.float64).tolist()
 
+# %% ../../nbs/11a_omni3d_writer.ipynb #8e754224
 def _num(x): return -1 if x is None else x
 
+# %% ../../nbs/11a_omni3d_writer.ipynb #95835edf
 def _category_ids(scenes) -> dict[str, int]:
     ids = {}
     for s in scenes:
@@ -36,6 +38,7 @@ def _category_ids(scenes) -> dict[str, int]:
     for name in sorted({o.category for s in scenes for o in s.objects} - set(ids)): ids[name], nxt = nxt, nxt + 1
     return ids
 
+# %% ../../nbs/11a_omni3d_writer.ipynb #f2552c9a
 def _annotation_record(o: Object3D, s: Scene, category_id: int) -> dict:
     return {"id": int(o.id), "image_id": int(s.image_id), "dataset_id": int(s.dataset_id), "category_id": int(category_id),
             "category_name": o.category, "valid3D": bool(o.valid3D),
@@ -45,6 +48,7 @@ def _annotation_record(o: Object3D, s: Scene, category_id: int) -> dict:
             "truncation": _num(o.truncation), "segmentation_pts": _num(o.segmentation_pts),
             "lidar_pts": _num(o.lidar_pts), "depth_error": _num(o.depth_error)}
 
+# %% ../../nbs/11a_omni3d_writer.ipynb #df43ce1b
 def _image_record(s: Scene) -> dict:
     return {"id": int(s.image_id), "dataset_id": int(s.dataset_id), "width": int(s.width), "height": int(s.height),
             "file_path": s.file_path, "K": _list(s.K), "src_90_rotate": int(s.src_90_rotate), "src_flagged": bool(s.src_flagged)}

@@ -88,6 +88,7 @@ def _project_world(points_w, K, to_cam) -> np.ndarray:
     pc = np.atleast_2d(np.asarray(points_w, dtype=np.float64)) @ to_cam.T
     return pc[:, :2] / pc[:, 2:] * K[[0, 1], [0, 1]] + K[:2, 2]
 
+# %% ../../nbs/13a_rendering.ipynb #4b6d0eb8
 def draw_backdrop(width: int, height: int, K: np.ndarray, backdrop: Backdrop) -> Image.Image:
     "The background image: floor and wall (indoor), ground, road and sky (outdoor) or a grey gradient (plain)."
     to_cam, fog_color = pitch_rotation(backdrop.pitch), _FOG[backdrop.kind]
@@ -147,6 +148,7 @@ def _default_color(category: str) -> tuple[int, int, int]:
         if cls.name == category: return cls.palette[0]
     return (160, 160, 160)
 
+# %% ../../nbs/13a_rendering.ipynb #65c38bbc
 def render_scene(scene: Scene, backdrop: Backdrop | None = None) -> Rendering:
     "Draw `scene` (any `omni3d.Scene`; a `SyntheticScene` brings its backdrop and colours) and measure each object."
     if len(scene.objects) > 254: raise ValueError(f"scene image_id={scene.image_id}: at most 254 objects can be rendered, got {len(scene.objects)}")

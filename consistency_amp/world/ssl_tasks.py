@@ -95,6 +95,7 @@ class SSLExample:
 
     def __repr__(self): return f"SSLExample({self.uid}, {len(self.images)} image(s) -> {self.answer!r})"
 
+# %% ../../nbs/18_ssl_tasks.ipynb #e4df7b60
 def _example(task: str, scene: Scene, images: list, value, info: dict) -> SSLExample:
     return SSLExample(task, images, SSL_PROMPTS[task], format_ssl_answer(value, task), scene.source, scene.image_id,
                       split_of(scene.source, scene.image_id), info)

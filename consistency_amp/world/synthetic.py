@@ -95,6 +95,7 @@ def _category_table(spec: SourceSpec) -> list[dict]:
     kind = "vehicle & road" if spec.kind == "outdoor" else "furniture"
     return [{"id": c.category_id, "name": c.name, "supercategory": kind} for c in sorted(spec.classes, key=lambda c: c.category_id)]
 
+# %% ../../nbs/13b_synthetic.ipynb #bfb0f5b6
 def _write_split(tmp: Path, config: SyntheticConfig, source: str, split: str, count: int, bar) -> dict:
     spec, scenes = SOURCES[source], []
     for i in range(count):
@@ -110,8 +111,10 @@ def _write_split(tmp: Path, config: SyntheticConfig, source: str, split: str, co
     write_omni3d(scenes, tmp / "Omni3D" / f"{source}_{split}.json", info=info, categories=_category_table(spec))
     return {"images": count, "objects": sum(len(s.objects) for s in scenes)}
 
+# %% ../../nbs/13b_synthetic.ipynb #a5bcbb42
 def _is_world(root: Path) -> bool: return (root / WORLD_MARKER).is_file()
 
+# %% ../../nbs/13b_synthetic.ipynb #a47acd1c
 def make_synthetic_world(root, config: SyntheticConfig | None = None, overwrite: bool = False, progress: bool | None = None,
                          **overrides) -> Path:
     "Build the synthetic Omni3D world of `config` (or `SyntheticConfig(**overrides)`) at `root`; returns `root`. `progress`: a bar (None: on a terminal only)."

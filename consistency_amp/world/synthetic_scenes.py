@@ -170,6 +170,7 @@ def _sample_backdrop(rng: np.random.Generator, spec: SourceSpec) -> Backdrop:
     return Backdrop("outdoor", height, pitch, spec.fog_distance, ground, road=(float(edges[0]), float(edges[-1])),
                     lane_lines=tuple(float(x) for x in edges[1:-1]))
 
+# %% ../../nbs/13_synthetic_scenes.ipynb #976cdfb7
 def _sample_placement(rng, cls: ObjectClass, dims, backdrop: Backdrop, K, room_yaw: float, spec: SourceSpec):
     "World (x, z) and yaw for one object of `cls`, or None to reject."
     lo, hi = spec.depth

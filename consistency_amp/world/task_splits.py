@@ -34,6 +34,7 @@ __all__ = ['GAP_CAP', 'AREA_CAP', 'TaskFilters', 'default_filters', 'visible_fra
 def _help(text: str, default):
     return field(default=default, metadata={"help": text})
 
+# %% ../../nbs/17_task_splits.ipynb #c3c2d8d5
 @dataclass(frozen=True)
 class TaskFilters:
     "Object, pair and selection thresholds of Appendix D.3 (defaults: SUN RGB-D; see `default_filters`)."
@@ -181,6 +182,7 @@ def _pair_gaps(im: ImageObjects, task: str) -> tuple[np.ndarray, np.ndarray, flo
     else: raise ValueError(f"_pair_gaps: {task}")
     return gap, gap >= t, t
 
+# %% ../../nbs/17_task_splits.ipynb #f068b058
 def candidates(im: ImageObjects, task: str) -> Candidates:
     "Every group of `im`'s objects that passes the pair/group filters of `task` (a boolean task or absolute_distance)."
     check_choice("candidates: task", task, tuple(t for t in TASKS if t != "counting"))
@@ -258,6 +260,7 @@ def _resolve_filters(filters, source: str) -> TaskFilters:
         return filters[source]
     raise ValueError(f"build_examples: filters must be None, a TaskFilters or a dict source -> TaskFilters, got {type(filters).__name__}")
 
+# %% ../../nbs/17_task_splits.ipynb #26778205
 def _question(rng, task: str, ids: list[int]) -> Question:
     template = int(rng.integers(len(TEMPLATES[task])))
     if task == "relative_distance":
@@ -268,6 +271,7 @@ def _question(rng, task: str, ids: list[int]) -> Question:
     relation = int(rng.integers(2)) if task in BOOLEAN_TASKS else None
     return Question(task, tuple(int(i) for i in ids), template, relation, order)
 
+# %% ../../nbs/17_task_splits.ipynb #80325d8d
 def image_examples(scene: Scene, task: str, filters: TaskFilters, seed: int = 0, max_per_image: int = 1,
                    split_seed: int = 0, test_fraction: float = 0.2, objects: ImageObjects | None = None) -> list[Example]:
     "The examples of one image for one task (`objects`: `ImageObjects.from_scene(scene, filters)` if already made)."

@@ -263,6 +263,7 @@ def _as_rng(rng) -> np.random.Generator:
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool): return np.random.default_rng(int(rng))
     raise ValueError(f"rng must be a numpy Generator or an integer seed, got {type(rng).__name__}")
 
+# %% ../../nbs/15_transforms.ipynb #6952af65
 def _marker_swap_rate(marker_swap) -> float:
     # True swaps on every pair: the minimal pairing rewards the majority of the 2K answers (01_pairing's closed form),
     # and a fixed judgement agrees with itself on the share of pairs left unswapped, so only a swap on every pair
@@ -271,6 +272,7 @@ def _marker_swap_rate(marker_swap) -> float:
     if isinstance(marker_swap, (int, float)) and 0 <= marker_swap <= 1: return float(marker_swap)
     raise ValueError(f"marker_swap must be a bool or a share of pairs in [0, 1], got {marker_swap!r}")
 
+# %% ../../nbs/15_transforms.ipynb #441e97fa
 def sample_transform(rng, scene: Scene | Example, question: Question | None = None, p: float = 0.5,
                      crop_scale=CROP_SCALE, jitter_strength: float = JITTER_STRENGTH, marker_swap: bool | float = False) -> Transform:
     "Draw T for (`scene`, `question`) (or an `Example`): each available transformation independently with probability `p`; `marker_swap` adds the marker swap (True: to every pair; a number: to that share)."
