@@ -39,6 +39,8 @@ DEFAULT_CONDITIONS = ("base", "accuracy", "consistency_marker_swap", "blind_mark
 SCIENCE_CONDITIONS = ("base", "accuracy", "consistency", "blind", "consistency_marker_swap", "blind_marker_swap",
                       "consistency_random", "consistency_one_to_all", "no_ability_base", "no_ability_consistency") + tuple(
     f"accuracy_noise{p:g}" for p in NOISE_LEVELS)                   # the science table's rows (`consistency_amp.experiments.science`)
+
+# %% ../../nbs/45a_experiment_design.ipynb #4f21da26
 # Figures 2-4 in miniature: each boolean task trained alone, from each base ("_small": the base that stands in for 3B),
 # evaluated on every task and on the held-out source. The rewards are those of the joint conditions of the same name
 # (their overrides); consistency with the marker swap, beyond the paper, from the large base only (the small base
@@ -48,6 +50,8 @@ PER_TASK_CONDITIONS = {f"{task}_{reward}{size}": (task, reward, start)
                        for size, start, rewards in (("", "base", PER_TASK_REWARDS), ("_small", "base_small", PER_TASK_REWARDS[:2]))
                        for task in BOOLEAN_TASKS for reward in rewards}
 FIGURE_CONDITIONS = ("base_small",) + tuple(PER_TASK_CONDITIONS)
+
+# %% ../../nbs/45a_experiment_design.ipynb #d5e5c0d3
 # The ablations measured where the effect lives (issue 24): depth and size trained alone from the large base with
 # consistency and the marker swap, whose minimal pairing is `<task>_consistency_marker_swap` above. Figure 8: the
 # other pairings, with at least FIGURE8_SEEDS seeds for all three (`seeds_of`). {condition: (task, pairing)}
@@ -55,8 +59,12 @@ ABLATION_TASKS = ("depth", "size")
 FIGURE8_CONDITIONS = {f"{task}_consistency_marker_swap_{pairing}": (task, pairing)
                       for task in ABLATION_TASKS for pairing in ("random", "one_to_all")}
 FIGURE8_SEEDS = 5   # the paper's margins are 1-2 pp: the power estimate in nbs/47b_ablations.ipynb
+
+# %% ../../nbs/45a_experiment_design.ipynb #a88e1d39
 # Figure 6: the accuracy reward with a fraction p of the training labels flipped, against consistency (marker swap).
 FIGURE6_CONDITIONS = {f"{task}_accuracy_noise{p:g}": (task, p) for task in ABLATION_TASKS for p in NOISE_LEVELS}
+
+# %% ../../nbs/45a_experiment_design.ipynb #67c25c12
 # Figure 5, controlled: each self-supervised baseline's pretext task (nbs/18_ssl_tasks) trained as a reward on the same
 # training images, with the same budget, from the large base warmed up on the pretext answer layouts with random
 # answers (`training.pretext_base`: the base itself never writes a pretext answer, so its pretext reward is always 0);
@@ -66,6 +74,7 @@ SSL_COMPLETION_LENGTH = 32   # new tokens of a pretext completion: a 3x3 jigsaw 
 FULL_CONDITIONS = (SCIENCE_CONDITIONS + FIGURE_CONDITIONS + tuple(FIGURE8_CONDITIONS) + tuple(FIGURE6_CONDITIONS)
                    + ("pretext_base",) + tuple(FIGURE5_CONDITIONS))
 
+# %% ../../nbs/45a_experiment_design.ipynb #fa738990
 @dataclass(frozen=True)
 class ExperimentConfig:
     "The miniature experiment: model, worlds, seeds, conditions and the GRPO settings every condition shares."
