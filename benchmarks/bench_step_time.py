@@ -15,7 +15,7 @@ one run, in ABBA order after `--warmup` excluded steps, so drift (clocks, caches
 seconds per step for each pairing, the ratio minimal / random, a breakdown of the step and the pairing time alone.
 `--stock-trl [after|before]` also times stock TRL's `GRPOTrainer` on the same model, prompts and completions per step.
 `--image-cache both` adds, for each pairing, an arm without the image-feature cache (`OTGRPOConfig.cache_image_features`,
-`nbs/21a_image_features.ipynb`), interleaved with the others: what encoding each distinct image once saves.
+`nbs/25_image_features.ipynb`), interleaved with the others: what encoding each distinct image once saves.
 `--profile` records one more step after the warm-up (not counted in the timings) with `torch.profiler` and prints
 where its time goes: the step's regions, the top operators and the top Python frames by self time (`step_profile.py`).
 """

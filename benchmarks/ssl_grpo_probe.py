@@ -4,7 +4,7 @@ Qwen2.5-VL on the CPU? One optimizer step per task; prints the prompt tokens per
 
     python benchmarks/ssl_grpo_probe.py            # about a minute on 2 cores
 
-Its answer decides how Figure 5's baselines are trained (summarised in nbs/18_ssl_tasks.ipynb, last section).
+Its answer decides how Figure 5's baselines are trained (summarised in nbs/23_ssl_tasks.ipynb, last section).
 """
 import tempfile
 import time

@@ -19,9 +19,9 @@ _EXPORTS = {
     "consistency_amp.reward.paired_data": ("check_paired_dataset", "PAIR_COLUMNS"),
     "consistency_amp.world.spatial_pairs": ("spatial_pair_dataset",),
     "consistency_amp.world.custom_transforms": ("CustomTransform", "custom_pair_maker", "transform_parity"),
-    "consistency_amp.experiments.evaluation": ("evaluate",),
-    "consistency_amp.experiments.run_evaluation": ("evaluate_run",),
-    "consistency_amp.experiments.pair_evaluation": ("evaluate_pairs",),
+    "consistency_amp.evaluation.held_out": ("evaluate",),
+    "consistency_amp.evaluation.run_evaluation": ("evaluate_run",),
+    "consistency_amp.evaluation.pair_evaluation": ("evaluate_pairs",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

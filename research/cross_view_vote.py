@@ -1,7 +1,7 @@
 """Can the pairing's vote beat the greedy answer?
 python research/cross_view_vote.py [N_PER_TASK] [K] [TEMPERATURES] [MARKER_SWAP]
 
-The minimal pairing's boolean reward is a vote (nbs/01_pairing.ipynb): of the 2K answers to x and x' = T(x), mapped
+The minimal pairing's boolean reward is a vote (nbs/04_pairing.ipynb): of the 2K answers to x and x' = T(x), mapped
 through phi_T, the combined majority is rewarded. Training can only move the model toward that majority, and the
 experiment scores the *greedy* answer. So consistency training can raise held-out accuracy only where the cross-view
 majority is right more often than the greedy answer already is. This probe measures both on the VAL world (seed 1,
@@ -21,9 +21,9 @@ import sys
 import numpy as np
 import torch
 
-from consistency_amp.experiments.decoders import GreedyDecoder
-from consistency_amp.experiments.evaluation import held_out_examples
-from consistency_amp.experiments.experiment import SOURCE, ExperimentConfig, world_config
+from consistency_amp.evaluation.decoders import GreedyDecoder
+from consistency_amp.evaluation.held_out import held_out_examples
+from consistency_amp.science.experiment import SOURCE, ExperimentConfig, world_config
 from consistency_amp.training.models import load_model
 from consistency_amp.world.prompts import make_prompt_pair
 from consistency_amp.world.synthetic import default_world

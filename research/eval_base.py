@@ -5,7 +5,7 @@ from dataclasses import replace
 from transformers import AutoModelForImageTextToText
 from consistency_amp.training.models import load_processor
 from consistency_amp.training.pretraining import BaseRecipe, pretraining_examples
-from consistency_amp.experiments.base_report import cell_report, group_diversity
+from consistency_amp.evaluation.base_report import cell_report, group_diversity
 torch.set_num_threads(1)
 folder, ips, n = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 300, int(sys.argv[3]) if len(sys.argv) > 3 else 60
 model = AutoModelForImageTextToText.from_pretrained(folder, torch_dtype=torch.float32).eval()

@@ -14,11 +14,11 @@ squared norm they explain. `ms` draws T with the marker swap (transforms.BEYOND_
 """
 import sys, time
 import numpy as np, torch
-from consistency_amp.experiments.experiment import ExperimentConfig, world_config
+from consistency_amp.science.experiment import ExperimentConfig, world_config
 from consistency_amp.training.models import load_model
 from consistency_amp.reward.pairing import consistency_rewards
 from consistency_amp.world.prompts import make_prompt_pair
-from consistency_amp.experiments.science import canonical_claim
+from consistency_amp.science.table import canonical_claim
 from consistency_amp.world.synthetic import default_world
 from consistency_amp.training.train import TrainParams, train_examples
 from consistency_amp.reward.verifiers import parse_answer

@@ -33,8 +33,8 @@ def main():
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     torch.set_num_threads(1); torch.manual_seed(0)
-    from consistency_amp.experiments.evaluation import evaluate
-    from consistency_amp.experiments.experiment import ExperimentConfig, world_config
+    from consistency_amp.evaluation.held_out import evaluate
+    from consistency_amp.science.experiment import ExperimentConfig, world_config
     from consistency_amp.reward.ssl import SSL_TASKS, ssl_format_reward
     from consistency_amp.training.models import load_model
     from consistency_amp.training.pretext_base import (PRETEXT_FORMAT, _base_recipe, pretext_examples, pretext_sft_batch,

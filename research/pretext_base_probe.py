@@ -32,8 +32,8 @@ def main():
     ap.add_argument("--skip-base", action="store_true", help="measure the warmed base only")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from consistency_amp.experiments.evaluation import evaluate
-    from consistency_amp.experiments.experiment import ExperimentConfig, world_config
+    from consistency_amp.evaluation.held_out import evaluate
+    from consistency_amp.science.experiment import ExperimentConfig, world_config
     from consistency_amp.reward.ssl import SSL_TASKS, parse_ssl_answer, ssl_format_reward, ssl_reward
     from consistency_amp.training.models import load_model
     from consistency_amp.training.pretext_base import pretext_base_path

@@ -1,4 +1,4 @@
-"""Prototype: pretrain a tiny spatial Qwen2.5-VL base (issue 8). To be moved into nbs/24_pretraining.ipynb."""
+"""Prototype: pretrain a tiny spatial Qwen2.5-VL base (issue 8). To be moved into nbs/37_pretraining.ipynb."""
 import json, math, os, sys, time
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
@@ -197,7 +197,7 @@ def batch_inputs(items, processor, rng, edges, r: Recipe, train=True, reword_fn=
 
 def greedy_eval(model, processor, examples, edges, r, max_new=24, bs=64, forced=None):
     "Per-example record: cell (relation, order), prediction, truth."
-    from consistency_amp.experiments.decoders import GreedyDecoder
+    from consistency_amp.evaluation.decoders import GreedyDecoder
     dec = GreedyDecoder(model, processor, max_new_tokens=max_new)
     recs = []
     for i in range(0, len(examples), bs):
@@ -280,7 +280,7 @@ def main(**kw):
 
 def sampled_diversity(model, processor, examples, K=8, max_new=32):
     "At T=1: format rate and share of groups of K holding both answers."
-    from consistency_amp.experiments.decoders import GreedyDecoder
+    from consistency_amp.evaluation.decoders import GreedyDecoder
     dec = GreedyDecoder(model, processor, max_new_tokens=max_new)
     both, fmt, n = 0, 0, 0
     for i in range(0, len(examples), 8):

@@ -7,7 +7,7 @@ from dataclasses import replace
 from consistency_amp.training.train import TrainParams, run_training
 from consistency_amp.training.models import load_model
 from consistency_amp.training.pretraining import BaseRecipe, pretraining_examples
-from consistency_amp.experiments.base_report import cell_report
+from consistency_amp.evaluation.base_report import cell_report
 torch.set_num_threads(1)
 name, over = sys.argv[1], json.loads(sys.argv[2]); n = int(sys.argv[3]) if len(sys.argv) > 3 else 60
 t0 = time.time()

@@ -4,9 +4,9 @@ greedy accuracy, the mean accuracy of K samples at T = 1 (what GRPO samples), an
 RUN: a trained run folder (runs/experiment-*/<condition>-seed<s>); its adapter is loaded on the base (default: the base)."""
 import sys, json
 import numpy as np, torch
-from consistency_amp.experiments.experiment import ExperimentConfig, world_config, SOURCE
-from consistency_amp.experiments.decoders import GreedyDecoder
-from consistency_amp.experiments.evaluation import held_out_examples
+from consistency_amp.science.experiment import ExperimentConfig, world_config, SOURCE
+from consistency_amp.evaluation.decoders import GreedyDecoder
+from consistency_amp.evaluation.held_out import held_out_examples
 from consistency_amp.training.models import load_model
 from consistency_amp.world.prompts import load_rgb, make_prompt
 from consistency_amp.world.synthetic import default_world

@@ -5,7 +5,7 @@ object wins" (canonical relation) agrees with the first object's 2D box being lo
 2D area, and with the fact; the same agreements for the ground truth beside them."""
 import json, sys
 from pathlib import Path
-from consistency_amp.experiments.evaluation import held_out_examples
+from consistency_amp.evaluation.held_out import held_out_examples
 for run in sys.argv[1:]:
     d = json.loads((Path("scratch/sweep_runs") / run / "eval" / "val.json").read_text())
     root = Path(d["data_root"])

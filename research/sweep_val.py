@@ -6,7 +6,7 @@ import torch
 torch.set_num_threads(1)
 from consistency_amp.world.synthetic import default_world, SyntheticConfig
 from consistency_amp.training.train import TrainParams, run_training
-from consistency_amp.experiments.evaluation import evaluate
+from consistency_amp.evaluation.held_out import evaluate
 from consistency_amp.world.tasks import BOOLEAN_TASKS
 name, over = sys.argv[1], json.loads(sys.argv[2]); n = int(sys.argv[3]) if len(sys.argv) > 3 else 200
 train_world = default_world(SyntheticConfig(seed=0, n_images_per_split={'train':1600,'val':400,'test':400}, sources=('SUNRGBD',)))

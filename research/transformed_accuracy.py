@@ -8,9 +8,9 @@ phi_T(answer(x)) == answer(x'), split by which image / question transformation T
 import sys, json
 from collections import defaultdict
 import numpy as np, torch
-from consistency_amp.experiments.experiment import ExperimentConfig, world_config, SOURCE
-from consistency_amp.experiments.decoders import GreedyDecoder
-from consistency_amp.experiments.evaluation import held_out_examples
+from consistency_amp.science.experiment import ExperimentConfig, world_config, SOURCE
+from consistency_amp.evaluation.decoders import GreedyDecoder
+from consistency_amp.evaluation.held_out import held_out_examples
 from consistency_amp.training.models import load_model
 from consistency_amp.world.prompts import make_prompt_pair
 from consistency_amp.world.synthetic import SyntheticConfig, default_world

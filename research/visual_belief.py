@@ -13,7 +13,7 @@ category) pair predict a claim, leave-one-out; category_rule_fact: the same for 
 import sys, json
 from pathlib import Path
 import numpy as np, pandas as pd
-from consistency_amp.experiments.evaluation import held_out_examples
+from consistency_amp.evaluation.held_out import held_out_examples
 
 folder = Path(sys.argv[1])
 rows = []

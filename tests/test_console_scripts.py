@@ -23,7 +23,7 @@ def test_each_script_names_an_entry_function(name):
 
 
 @pytest.mark.parametrize("module, fields_of", [
-    ("consistency_amp.experiments.evaluate", "consistency_amp.experiments.evaluate:EvalArguments"),
+    ("consistency_amp.evaluation.evaluate", "consistency_amp.evaluation.evaluate:EvalArguments"),
     ("consistency_amp.training.train", "consistency_amp.training.train:TrainParams"),
 ])
 def test_help_lists_every_field(module, fields_of):

@@ -91,8 +91,8 @@ def test_adapter_file_cut_anywhere_names_it_and_the_newest_checkpoint(tmp_path, 
 
 
 def test_evaluation_file_cut_anywhere_is_named_and_never_counted(tmp_path):
-    from consistency_amp.experiments.run_evaluation import read_eval
-    from consistency_amp.experiments.results import fixture_result, results_table, write_fixture_run
+    from consistency_amp.evaluation.run_evaluation import read_eval
+    from consistency_amp.grid.results import fixture_result, results_table, write_fixture_run
     params = dict(task="depth", source="SUNRGBD", reward="consistency", pairing="minimal", model="m", steps=5,
                   num_generations=4, pairs_per_device=1, learning_rate=1e-6, seed=0)
     run = write_fixture_run(tmp_path, "run", params, [fixture_result("depth", accuracy=0.5)])

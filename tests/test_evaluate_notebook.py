@@ -10,7 +10,7 @@ import pytest
 
 from dataclasses import fields
 
-from consistency_amp.experiments.evaluate import EvalArguments
+from consistency_amp.evaluation.evaluate import EvalArguments
 from consistency_amp.world.tasks import TASKS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""consistency_amp.experiments.evaluation: the test split and nothing else, label-free prompts, the metric arithmetic against
+"""consistency_amp.evaluation.held_out: the test split and nothing else, label-free prompts, the metric arithmetic against
 hand-worked and independently recomputed values (scripted completers and a fake `generate`), run files that are
 never overwritten silently, and a real end-to-end evaluation of the offline tiny model on the synthetic world."""
 import json
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from consistency_amp.experiments import evaluation as ev
-from consistency_amp.experiments import run_evaluation as rev
-from consistency_amp.experiments.decoders import GreedyDecoder
+from consistency_amp.evaluation import held_out as ev
+from consistency_amp.evaluation import run_evaluation as rev
+from consistency_amp.evaluation.decoders import GreedyDecoder
 from consistency_amp.training.models import TINY_MODEL, load_processor
 from consistency_amp.world.prompts import LABEL_COLUMNS
 from consistency_amp.training.runs import ADAPTER_DIR, create_run, EVAL_DIR, read_json, write_status

@@ -12,7 +12,7 @@ ARGS = ["--model", "tiny-qwen2.5-vl", "--tasks", "depth,counting", "--sources", 
 
 def _evaluate(tmp: Path, runs: str, launcher: list[str]) -> dict:
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    done = subprocess.run(launcher + ["-m", "consistency_amp.experiments.evaluate", *ARGS, "--runs_dir", str(tmp / runs)],
+    done = subprocess.run(launcher + ["-m", "consistency_amp.evaluation.evaluate", *ARGS, "--runs_dir", str(tmp / runs)],
                           cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     (written,) = (tmp / runs / "base-tiny" / "eval").glob("*.json")

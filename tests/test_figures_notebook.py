@@ -72,7 +72,7 @@ def test_without_runs_every_drawn_value_is_missing(executed):
 def test_comparison_has_user_values_only_from_the_data(executed):
     out_dir, _ = executed
     table = pd.read_csv(out_dir / "paper_comparison.csv", keep_default_na=False)
-    from consistency_amp.experiments.figure_data import paper_numbers
+    from consistency_amp.figures.figure_data import paper_numbers
     assert table.key.tolist() == list(paper_numbers().index)
     runs_based = ~table.key.str.startswith("table1_")
     assert (table[runs_based].user == "missing").all() and (table[runs_based].difference == "n/a").all()

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from consistency_amp.experiments.plotting import artists_by_gid, FIGURE_TASKS, gid, save_figure
-from consistency_amp.experiments.paper_figures import (baselines_figure, cross_domain_figure, cross_task_figure,
+from consistency_amp.figures.plotting import artists_by_gid, FIGURE_TASKS, gid, save_figure
+from consistency_amp.figures.paper_figures import (baselines_figure, cross_domain_figure, cross_task_figure,
                                                        label_noise_figure, NOISE_AXIS, numeric_figure, pairing_figure,
                                                        same_task_figure)
-from consistency_amp.experiments.paper_comparison import comparison_markdown, paper_comparison, write_comparison
-from consistency_amp.experiments.figure_data import paper_numbers, paper_numbers_path, results_rows, value_at
+from consistency_amp.figures.paper_comparison import comparison_markdown, paper_comparison, write_comparison
+from consistency_amp.figures.figure_data import paper_numbers, paper_numbers_path, results_rows, value_at
 from consistency_amp.world.tasks import BOOLEAN_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -274,12 +274,12 @@ def test_mini_scale_reads_only_stand_ins(tmp_path):
 # ------------------------------------------------------------------------------------------------ data figures
 @pytest.fixture(scope="module")
 def synthetic_examples():
-    from consistency_amp.experiments.data_figures import task_examples
+    from consistency_amp.figures.data_figures import task_examples
     return task_examples()
 
 
 def test_concept_figure_shows_three_negations(tmp_path, synthetic_examples):
-    from consistency_amp.experiments.data_figures import concept_figure
+    from consistency_amp.figures.data_figures import concept_figure
     fig, data = concept_figure(synthetic_examples["orientation", "SUNRGBD"][0])
     assert data["rule"] == "3 negations: answers should differ" and data["relation"] == "opposite"
     assert data["original"].endswith("Is object 1 to the left of object 2?")
@@ -293,7 +293,7 @@ def test_concept_figure_shows_three_negations(tmp_path, synthetic_examples):
 
 
 def test_prompt_pairs_follow_the_paper_transformations(tmp_path, synthetic_examples):
-    from consistency_amp.experiments.data_figures import PAPER_EXAMPLE_TRANSFORMS, prompt_pairs, prompt_pairs_figure
+    from consistency_amp.figures.data_figures import PAPER_EXAMPLE_TRANSFORMS, prompt_pairs, prompt_pairs_figure
     from consistency_amp.world.tasks import TASKS
     pairs = prompt_pairs(synthetic_examples, "KITTI", TASKS)
     fig, data = prompt_pairs_figure(pairs, "test")
@@ -313,9 +313,9 @@ def assert_png_pdf(paths):
 
 
 def test_qualitative_figure_reads_records_and_never_invents(tmp_path):
-    from consistency_amp.experiments.data_figures import qualitative_figure
+    from consistency_amp.figures.data_figures import qualitative_figure
     from consistency_amp.core import PAPER_MODELS
-    from consistency_amp.experiments.results import fixture_result, results_table, write_fixture_run
+    from consistency_amp.grid.results import fixture_result, results_table, write_fixture_run
 
     def rec(uid, completion, correct):
         return dict(uid=uid, task="depth", source="SUNRGBD", question=f"Q {uid}?", image_file=None, ground_truth=True,
@@ -344,7 +344,7 @@ def test_qualitative_figure_reads_records_and_never_invents(tmp_path):
 
 
 def test_table_1_counts_and_comparison(tmp_path):
-    from consistency_amp.experiments.data_figures import table_1_data, write_table_1
+    from consistency_amp.figures.data_figures import table_1_data, write_table_1
     paths, table = write_table_1(tmp_path)
     back = pd.read_csv(paths["csv"])
     assert (back.train + back.test == back.n).all() and len(back) == 12

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from consistency_amp.core import NOISE_LEVELS, PAPER_JOINT_STEPS, PAPER_MODELS, PAPER_SETTINGS
-from consistency_amp.experiments.manifest import SCALE_SETTINGS
+from consistency_amp.grid.manifest import SCALE_SETTINGS
 from consistency_amp.training.train import TrainParams
 from consistency_amp.training.train_cli import parse_args
 

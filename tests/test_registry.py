@@ -1,4 +1,4 @@
-"""The run registry (consistency_amp.experiments.{manifest,results,status,launcher,registry}): tidy results table from fixture run folders, manifest status, broken
+"""The run registry (consistency_amp.grid.{manifest,results,status,launcher,registry}): tidy results table from fixture run folders, manifest status, broken
 runs, print mode (one command per missing run) and the in-process mini launcher (complete runs, resumable, idempotent)."""
 import io
 import math
@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from consistency_amp.core import PAPER_MODELS
-from consistency_amp.experiments.launcher import launch_missing, missing_runs
-from consistency_amp.experiments.manifest import EXTERNAL_BASELINES, manifest
-from consistency_amp.experiments.results import RESULT_COLUMNS, fixture_result, results_table, write_fixture_run
-from consistency_amp.experiments.status import manifest_status, spec_params, status_summary
+from consistency_amp.grid.launcher import launch_missing, missing_runs
+from consistency_amp.grid.manifest import EXTERNAL_BASELINES, manifest
+from consistency_amp.grid.results import RESULT_COLUMNS, fixture_result, results_table, write_fixture_run
+from consistency_amp.grid.status import manifest_status, spec_params, status_summary
 from consistency_amp.training.run_lock import release_run_lock
 from consistency_amp.training.runs import create_run, write_json
 from consistency_amp.training.run_records import read_run
@@ -150,8 +150,8 @@ def test_needs_eval_and_mismatch(tmp_path):
     lines = [l for l in out.getvalue().splitlines() if l and not l.startswith("#")]
     by_run = {p["run"]: line for p, line in zip(printed, lines)}
     assert other["name"] not in by_run and f"# not launched, mismatch: {other['name']}" in out.getvalue()
-    assert by_run[spec["name"]].startswith("python -m consistency_amp.experiments.evaluate ")   # evaluation only: no training
-    assert f"-m consistency_amp.experiments.evaluate --run {spec['name']}" in by_run[spec["name"]]
+    assert by_run[spec["name"]].startswith("python -m consistency_amp.evaluation.evaluate ")   # evaluation only: no training
+    assert f"-m consistency_amp.evaluation.evaluate --run {spec['name']}" in by_run[spec["name"]]
     assert "torchrun" not in by_run[spec["name"]]
 
 
@@ -179,7 +179,7 @@ def test_print_mode_one_command_per_missing_run(tmp_path, launcher):
                     "papermill": "papermill nbs/train.ipynb"}[launcher]
             assert cmd.startswith(head) and '"$OMNI3D_ROOT"' in cmd
             assert ("--resume true" in cmd) if launcher != "papermill" else ("-p resume true" in cmd)
-            assert f"{spec['steps']}" in words and ("-m consistency_amp.experiments.evaluate --run " in cmd or "nbs/evaluate.ipynb" in cmd)
+            assert f"{spec['steps']}" in words and ("-m consistency_amp.evaluation.evaluate --run " in cmd or "nbs/evaluate.ipynb" in cmd)
     assert len(EXTERNAL_BASELINES) - 2 == text.count("# not launched, needs_model")
     assert not any(tmp_path.iterdir())                              # printing writes nothing
 
@@ -196,7 +196,7 @@ def test_print_mode_mini_uses_the_python_entry(tmp_path):
 
 def test_cli_status_and_missing_paper(tmp_path):
     env = dict(os.environ, CONSISTENCY_AMP_RUNS=str(tmp_path))
-    run = lambda *a: subprocess.run([sys.executable, "-m", "consistency_amp.experiments.registry", *a], capture_output=True,
+    run = lambda *a: subprocess.run([sys.executable, "-m", "consistency_amp.grid.registry", *a], capture_output=True,
                                     text=True, env=env, cwd=REPO, timeout=120)
     res = run("status", "--scale", "paper")
     assert res.returncode == 0, res.stderr

@@ -259,7 +259,7 @@ def test_a_full_disk_names_the_file_keeps_what_was_written_and_resumes_exactly(r
 
 
 LAUNCHER = """
-import sys, consistency_amp.experiments.experiment as E
+import sys, consistency_amp.science.experiment as E
 out = sys.argv[1]
 job = ("import os, signal, sys, time, pathlib; pathlib.Path(sys.argv[1], str(os.getpid())).write_text('started'); "
        "signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path(sys.argv[1], str(os.getpid())).write_text('stopped'), sys.exit(143))); "

@@ -1,4 +1,4 @@
-"""Property checks of the self-supervised tasks and rewards at scale (nbs/05_ssl_rewards, nbs/18_ssl_tasks).
+"""Property checks of the self-supervised tasks and rewards at scale (nbs/06_ssl_rewards, nbs/23_ssl_tasks).
 
 Random texts never break the parsers and every reward lies in [0, 1]; on a synthetic world with both sources, every
 built example's ground truth is reproduced by its own construction: rotating back restores the image, the inverse

@@ -1,7 +1,7 @@
 """Task datasets (consistency_amp.world.tasks, consistency_amp.world.task_splits) checked by code written independently of them.
 
 Every produced example is checked against every threshold of the paper's Appendix D.3 (and the orientation / counting /
-absolute-distance rules documented in nbs/17_task_splits.ipynb) with plain-Python geometry, and its answer is
+absolute-distance rules documented in nbs/21_task_splits.ipynb) with plain-Python geometry, and its answer is
 recomputed without calling `ground_truth`. `test_checker_catches_each_relaxed_threshold` shows that the checker is not
 vacuous: relaxing any single threshold when building produces examples the checker rejects under the paper's values.
 Data: random scenes made here, a small synthetic world (consistency_amp.world.synthetic) and the real frames in

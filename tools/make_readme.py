@@ -17,9 +17,9 @@ SAMPLED_CSV = ROOT / "figures" / "science_sampled.csv"   # the sampled answers (
 PER_TASK_CSV = ROOT / "figures" / "science_per_task.csv"  # one task at a time (--full runs them)
 
 def science_paragraph() -> str:
-    "The miniature experiment's result in one paragraph, from the stored tables (consistency_amp.experiments.experiment_figures.miniature_summary)."
+    "The miniature experiment's result in one paragraph, from the stored tables (consistency_amp.science.experiment_figures.miniature_summary)."
     if not SCIENCE_CSV.exists(): return "*The miniature experiment has not been run: `bash tools/reproduce.sh` runs it.*"
-    from consistency_amp.experiments.experiment_figures import miniature_summary
+    from consistency_amp.science.experiment_figures import miniature_summary
     return ("**What the miniature shows** (`figures/science.md` and `figures/science_sampled.png`, made by "
             "`bash tools/reproduce.sh` on a 2-core CPU; the paper's own transformation set and the per-task runs by `--full`): "
             + miniature_summary(SCIENCE_CSV, SAMPLED_CSV, PER_TASK_CSV))

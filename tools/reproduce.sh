@@ -7,13 +7,13 @@
 #   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
-# * The miniature experiment (python -m consistency_amp.experiments.experiment; nbs/46_experiment.ipynb): spatial-base-large
+# * The miniature experiment (python -m consistency_amp.science.experiment; nbs/67_experiment.ipynb): spatial-base-large
 #   trained with the accuracy reward and with the label-free consistency reward (the marker swap on every pair) and its
 #   blind control, 3 seeds each, evaluated greedily on 300 held-out examples per task and on the sampled answers
 #   (8 at T = 1) of 100 per task (--full: also the consistency reward with the paper's own transformation set and its
 #   blind control, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures 2-4 from
-#   both spatial bases, with consistency with the marker swap per task from the large one, nbs/47_experiment_figures.ipynb,
-#   and the per-task ablations, Figures 8 and 6 on depth and size, nbs/47b_ablations.ipynb; about 4 h 50 min);
+#   both spatial bases, with consistency with the marker swap per task from the large one, nbs/64_experiment_figures.ipynb,
+#   and the per-task ablations, Figures 8 and 6 on depth and size, nbs/63_ablations.ipynb; about 4 h 50 min);
 #   writes figures/science.{md,csv}, figures/science_{accuracy,monitor,claims,sampled}.{png,pdf} and, with --full,
 #   figures/science_fig{2_same_task,3_cross_task,4_cross_domain,8_pairing_per_task,6_label_noise_per_task}.{png,pdf,csv}
 #   and figures/science_per_task.csv (the per-task gain ratios).
@@ -50,16 +50,16 @@ if [ "$scale" = "mini" ]; then
   mkdir -p runs/.registry-logs
   grid_log="runs/.registry-logs/launch-${stamp}.log"
   echo "reproduce: training and evaluating the missing runs of the mini grid in the background (log $grid_log)"
-  OMP_NUM_THREADS=1 nice -n 19 python -m consistency_amp.experiments.registry launch --scale mini --runs-dir "$repo/runs" > "$grid_log" 2>&1 &
+  OMP_NUM_THREADS=1 nice -n 19 python -m consistency_amp.grid.registry launch --scale mini --runs-dir "$repo/runs" > "$grid_log" 2>&1 &
   grid=$!
   trap 'rm -f "$started"; kill "$grid" 2>/dev/null || true' EXIT
   echo "reproduce: the miniature experiment (runs in runs/experiment-*/, report in figures/science.*)"
-  python -m consistency_amp.experiments.experiment --runs-dir "$repo/runs" --out-dir "$repo/figures" "${full[@]}"
+  python -m consistency_amp.science.experiment --runs-dir "$repo/runs" --out-dir "$repo/figures" "${full[@]}"
   if ! wait "$grid"; then tail -n 30 "$grid_log" >&2; echo "reproduce: the mini grid failed (log $grid_log)" >&2; exit 1; fi
   tail -n 3 "$grid_log"
 else
   echo "reproduce: the missing $scale-scale runs; run these on your cluster, then run this script again"
-  python -m consistency_amp.experiments.registry launch --scale "$scale" --runs-dir "$repo/runs" --print ${OMNI3D_ROOT:+--data-root "$OMNI3D_ROOT"}
+  python -m consistency_amp.grid.registry launch --scale "$scale" --runs-dir "$repo/runs" --print ${OMNI3D_ROOT:+--data-root "$OMNI3D_ROOT"}
 fi
 
 

@@ -1,1 +1,1 @@
-"""Experiments: evaluation, the registry of the paper's runs, the figures, the science table and the miniature experiment."""
+"""The command lines under their first names (`python -m consistency_amp.experiments.experiment`, `.evaluate`, `.registry`): aliases that import their command only when run, and nothing else."""

@@ -1,1 +1,1 @@
-"""Training: the models, OT-GRPO (TRL's GRPOTrainer on paired prompts), run folders, the training entry and the spatial bases' pretraining."""
+"""Training: the models, OT-GRPO (TRL's GRPOTrainer on paired prompts), run folders, the training entry and the spatial bases' pretraining; imports world, reward and the top level."""
