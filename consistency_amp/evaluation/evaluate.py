@@ -20,7 +20,7 @@ from ..training.runs import PARAMS_FILE, read_json, run_path
 from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
-__all__ = ['EvalArguments', 'evaluate_from', 'describe', 'argument_parser', 'main', 'cli']
+__all__ = ['EvalArguments', 'check_eval_arguments', 'evaluate_from', 'describe', 'argument_parser', 'main', 'cli']
 
 # %% ../../nbs/50_evaluate.ipynb #5bd4b6e7
 def _arg(help: str, default=None):
@@ -53,24 +53,7 @@ class EvalArguments:
     runs_dir: str | None = _arg("The runs folder; empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")
     backend: str = _arg("Who decodes: transformers (generate, any machine) or vllm (GPU; pip install \"consistency_amp[vllm]\").", "transformers")
 
-    def __post_init__(self):
-        for f in ("run", "adapter", "run_name", "data_root", "eval_name", "runs_dir", "max_new_tokens"):
-            setattr(self, f, _optional(getattr(self, f)))
-        if isinstance(self.max_examples, str) and self.max_examples.strip().lower() in ("", "none", "all"): self.max_examples = None
-        if self.run is not None and (self.adapter is not None or self.run_name is not None):
-            raise ValueError("give either run (a run to evaluate) or model with adapter/run_name, not both")
-        if self.run is None and _optional(self.model) is None: raise ValueError("give run or model")
-        if self.adapter is not None and not (resolve_path(self.adapter) / "adapter_config.json").is_file():
-            raise ValueError(f"adapter {self.adapter!r} is not an adapter folder (no adapter_config.json)")
-        if self.data_root is not None and not resolve_path(self.data_root).is_dir():
-            raise ValueError(f"data_root {self.data_root!r} is not a directory")
-        sources = self.sources.split(",") if isinstance(self.sources, str) else self.sources
-        tasks = self.tasks.split(",") if isinstance(self.tasks, str) and "," in self.tasks else self.tasks
-        tokens = self.max_new_tokens or (16 if self.evaluated_model == TINY_MODEL else DEFAULT_MAX_NEW_TOKENS)
-        self.params = check_eval_params(tasks, [s.strip() for s in sources], self.max_examples, self.batch_size,
-                                        self.consistency_samples, tokens, self.seed)
-        self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
-        check_choice("backend", self.backend, BACKENDS)
+    def __post_init__(self): check_eval_arguments(self)
 
     @property
     def run_folder(self) -> Path | None:
@@ -87,6 +70,27 @@ class EvalArguments:
     def evaluated_model(self) -> str:
         "The model evaluated: the run's, or `model`."
         return read_json(self.run_folder / PARAMS_FILE)["model"] if self.run is not None else self.model
+
+# %% ../../nbs/50_evaluate.ipynb #5f3bd197
+def check_eval_arguments(self: EvalArguments) -> None:
+    "Reads empty strings as None, refuses a run given with a model's adapter or run name, a missing adapter or data root, and checks the evaluation parameters (`self.params`), the eval name and the backend."
+    for f in ("run", "adapter", "run_name", "data_root", "eval_name", "runs_dir", "max_new_tokens"):
+        setattr(self, f, _optional(getattr(self, f)))
+    if isinstance(self.max_examples, str) and self.max_examples.strip().lower() in ("", "none", "all"): self.max_examples = None
+    if self.run is not None and (self.adapter is not None or self.run_name is not None):
+        raise ValueError("give either run (a run to evaluate) or model with adapter/run_name, not both")
+    if self.run is None and _optional(self.model) is None: raise ValueError("give run or model")
+    if self.adapter is not None and not (resolve_path(self.adapter) / "adapter_config.json").is_file():
+        raise ValueError(f"adapter {self.adapter!r} is not an adapter folder (no adapter_config.json)")
+    if self.data_root is not None and not resolve_path(self.data_root).is_dir():
+        raise ValueError(f"data_root {self.data_root!r} is not a directory")
+    sources = self.sources.split(",") if isinstance(self.sources, str) else self.sources
+    tasks = self.tasks.split(",") if isinstance(self.tasks, str) and "," in self.tasks else self.tasks
+    tokens = self.max_new_tokens or (16 if self.evaluated_model == TINY_MODEL else DEFAULT_MAX_NEW_TOKENS)
+    self.params = check_eval_params(tasks, [s.strip() for s in sources], self.max_examples, self.batch_size,
+                                    self.consistency_samples, tokens, self.seed)
+    self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
+    check_choice("backend", self.backend, BACKENDS)
 
 # %% ../../nbs/50_evaluate.ipynb #cf1da751
 def evaluate_from(args: EvalArguments, progress: bool = True) -> Path:

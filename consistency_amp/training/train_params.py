@@ -22,7 +22,8 @@ from ..world.tasks import BOOLEAN_TASKS, TASKS
 
 # %% auto #0
 __all__ = ['TRAIN_TASKS', 'TRAIN_REWARDS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'SET_BY_PARAMS',
-           'FLAG_PARAMS', 'report_integrations', 'model_size', 'load_kwargs', 'TrainParams', 'as_params']
+           'FLAG_PARAMS', 'report_integrations', 'model_size', 'load_kwargs', 'check_run_choices', 'check_run_numbers',
+           'check_run_options', 'check_data_root', 'run_record', 'TrainParams', 'as_params']
 
 # %% ../../nbs/35_train_params.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -112,6 +113,81 @@ def _arg(help: str, default=None):
     "A TrainParams field with its `--help` text (TRL's convention: the help lives on the field)."
     return field(default=default, metadata={"help": help})
 
+# %% ../../nbs/35_train_params.ipynb #fd147bc8
+def check_run_choices(self: TrainParams) -> None:
+    "The choices (task, source, reward, pairing), and a pretext task only on the joint task."
+    check_choice("task", self.task, TRAIN_TASKS, " ('joint': the four boolean tasks together)")
+    check_choice("source", self.source, SOURCE_CHOICES)
+    check_choice("reward", self.reward, TRAIN_REWARDS)
+    if self.reward in SSL_TASKS and (self.task != "joint" or self.blind or self.marker_swap):
+        raise ValueError(f"reward={self.reward!r} is a pretext task on the training images of every task, with no "
+                         "prompt pairs: use task='joint' (and neither blind nor marker_swap)")
+    check_choice("pairing", self.pairing, PAIRINGS)
+
+# %% ../../nbs/35_train_params.ipynb #d908ec2a
+def check_run_numbers(self: TrainParams) -> None:
+    "The counts and rates: whole numbers at their minimum, rates positive, the KL weight not negative; label noise a probability, on boolean labels of the accuracy reward."
+    check_int("num_generations (the group size K)", self.num_generations, 2)
+    for name in ("steps", "pairs_per_device", "max_completion_length"): check_int(name, getattr(self, name), 1)
+    for name in ("seed", "save_steps"): check_int(name, getattr(self, name), 0)
+    check_int("keep_checkpoints", self.keep_checkpoints, 1, allow_none=True)
+    check_int("stop_after", self.stop_after, 1, allow_none=True)
+    _number("learning_rate", self.learning_rate, 0, strict=True)
+    _number("temperature", self.temperature, 0, strict=True)
+    _number("beta", self.beta, 0, strict=False)
+    _number("label_noise", self.label_noise, 0, strict=False)
+    if self.label_noise > 1: raise ValueError(f"label_noise must be a probability in [0, 1]; got {self.label_noise!r}")
+    if self.label_noise > 0 and self.reward != "accuracy":
+        raise ValueError(f"label_noise={self.label_noise} corrupts the labels of the accuracy reward; with "
+                         f"reward={self.reward!r} no label is read: use reward='accuracy' or label_noise=0")
+    if self.label_noise > 0 and self.task not in JOINT_TASKS + ("joint",):
+        raise ValueError(f"label_noise flips boolean labels; task {self.task!r} is numeric")
+
+# %% ../../nbs/35_train_params.ipynb #49e52494
+def check_run_options(self: TrainParams) -> None:
+    "The switches and pass-through options: flags, resume or overwrite, logging, scale, model, trainer and model args, run name."
+    for name in FLAG_PARAMS:
+        if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be true or false; got {getattr(self, name)!r}")
+    if self.resume and self.overwrite: raise ValueError("resume and overwrite contradict each other: choose one")
+    if self.gradient_checkpointing not in (None, True, False):
+        raise ValueError(f"gradient_checkpointing must be true, false or None; got {self.gradient_checkpointing!r}")
+    report_integrations(self.report_to)
+    if self.scale is not None: check_choice("scale", self.scale, SCALES)
+    if not isinstance(self.model, str) or not self.model.strip(): raise ValueError(f"model must be a name or path; got {self.model!r}")
+    if self.trainer_args is not None and not isinstance(self.trainer_args, dict):
+        raise ValueError(f"trainer_args must be a dict of OTGRPOConfig fields; got {self.trainer_args!r}")
+    if twice := sorted(set(self.trainer_args or {}) & set(SET_BY_PARAMS)):   # it would silently win over the field
+        raise ValueError(f"trainer_args: {twice[0]} is set by {SET_BY_PARAMS[twice[0]]}: give that instead")
+    load_kwargs(self.model_args)                     # a ModelConfig field the loader does not take: refused now
+    if self.run_name is not None: check_run_name(self.run_name)
+
+
+# %% ../../nbs/35_train_params.ipynb #eeafd2af
+def check_data_root(data_root, source: str) -> Path:
+    "An Omni3D root holding `source`'s annotation files, resolved from the repository root; refused with the places looked in."
+    root = resolve_path(data_root)
+    if not root.is_dir():
+        raise ValueError(f"data_root {str(data_root)!r} does not exist (resolved to {root}; relative paths are taken "
+                         "from the repository root). Give an Omni3D root holding Omni3D/<source>_<split>.json, or "
+                         "None for the built-in synthetic world")
+    for split in OMNI3D_SPLITS:
+        try: omni3d_json_path(root, source, split); return root
+        except FileNotFoundError: pass
+    raise ValueError(f"data_root {root} holds no {source}_{{{','.join(OMNI3D_SPLITS)}}}.json (looked in "
+                     f"{root}, {root / 'Omni3D'} and {root / 'datasets' / 'Omni3D'})")
+
+
+# %% ../../nbs/35_train_params.ipynb #2f9e4d12
+def run_record(self: TrainParams) -> dict:
+    "The run's params.json: the contract keys (kind, name, model_size, scale, ...) and every parameter."
+    size = model_size(self.model)
+    paper = all(getattr(self, k) == PAPER_SETTINGS[k] for k in ("steps", "num_generations", "pairs_per_device", "learning_rate"))
+    record = dict(kind="train", name=self.run_name, model_size=size) | asdict(self)
+    record["scale"] = self.scale or ("paper" if paper and size in PAPER_MODEL_SIZES else "mini")
+    if record["name"] is None: record["name"] = default_run_name(record)
+    return {k: record[k] for k in PARAM_KEYS} | {k: v for k, v in record.items() if k not in PARAM_KEYS}
+
+
 # %% ../../nbs/35_train_params.ipynb #e1a19da0
 @dataclass
 class TrainParams:
@@ -149,55 +225,8 @@ class TrainParams:
     def __post_init__(self):
         for f in fields(self):
             if _KINDS[f.type]: setattr(self, f.name, _coerce(getattr(self, f.name), _KINDS[f.type], f.name))
-        check_choice("task", self.task, TRAIN_TASKS, " ('joint': the four boolean tasks together)")
-        check_choice("source", self.source, SOURCE_CHOICES)
-        check_choice("reward", self.reward, TRAIN_REWARDS)
-        if self.reward in SSL_TASKS and (self.task != "joint" or self.blind or self.marker_swap):
-            raise ValueError(f"reward={self.reward!r} is a pretext task on the training images of every task, with no "
-                             "prompt pairs: use task='joint' (and neither blind nor marker_swap)")
-        check_choice("pairing", self.pairing, PAIRINGS)
-        check_int("num_generations (the group size K)", self.num_generations, 2)
-        for name in ("steps", "pairs_per_device", "max_completion_length"): check_int(name, getattr(self, name), 1)
-        for name in ("seed", "save_steps"): check_int(name, getattr(self, name), 0)
-        check_int("keep_checkpoints", self.keep_checkpoints, 1, allow_none=True)
-        check_int("stop_after", self.stop_after, 1, allow_none=True)
-        _number("learning_rate", self.learning_rate, 0, strict=True)
-        _number("temperature", self.temperature, 0, strict=True)
-        _number("beta", self.beta, 0, strict=False)
-        _number("label_noise", self.label_noise, 0, strict=False)
-        if self.label_noise > 1: raise ValueError(f"label_noise must be a probability in [0, 1]; got {self.label_noise!r}")
-        if self.label_noise > 0 and self.reward != "accuracy":
-            raise ValueError(f"label_noise={self.label_noise} corrupts the labels of the accuracy reward; with "
-                             f"reward={self.reward!r} no label is read: use reward='accuracy' or label_noise=0")
-        if self.label_noise > 0 and self.task not in JOINT_TASKS + ("joint",):
-            raise ValueError(f"label_noise flips boolean labels; task {self.task!r} is numeric")
-        for name in FLAG_PARAMS:
-            if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be true or false; got {getattr(self, name)!r}")
-        if self.resume and self.overwrite: raise ValueError("resume and overwrite contradict each other: choose one")
-        if self.gradient_checkpointing not in (None, True, False):
-            raise ValueError(f"gradient_checkpointing must be true, false or None; got {self.gradient_checkpointing!r}")
-        report_integrations(self.report_to)
-        if self.scale is not None: check_choice("scale", self.scale, SCALES)
-        if not isinstance(self.model, str) or not self.model.strip(): raise ValueError(f"model must be a name or path; got {self.model!r}")
-        if self.trainer_args is not None and not isinstance(self.trainer_args, dict):
-            raise ValueError(f"trainer_args must be a dict of OTGRPOConfig fields; got {self.trainer_args!r}")
-        if twice := sorted(set(self.trainer_args or {}) & set(SET_BY_PARAMS)):   # it would silently win over the field
-            raise ValueError(f"trainer_args: {twice[0]} is set by {SET_BY_PARAMS[twice[0]]}: give that instead")
-        load_kwargs(self.model_args)                     # a ModelConfig field the loader does not take: refused now
-        if self.run_name is not None: check_run_name(self.run_name)
-        if self.data_root is not None: self.data_root = str(self._check_data_root(self.data_root))
-
-    def _check_data_root(self, data_root) -> Path:
-        root = resolve_path(data_root)
-        if not root.is_dir():
-            raise ValueError(f"data_root {str(data_root)!r} does not exist (resolved to {root}; relative paths are taken "
-                             "from the repository root). Give an Omni3D root holding Omni3D/<source>_<split>.json, or "
-                             "None for the built-in synthetic world")
-        for split in OMNI3D_SPLITS:
-            try: omni3d_json_path(root, self.source, split); return root
-            except FileNotFoundError: pass
-        raise ValueError(f"data_root {root} holds no {self.source}_{{{','.join(OMNI3D_SPLITS)}}}.json (looked in "
-                         f"{root}, {root / 'Omni3D'} and {root / 'datasets' / 'Omni3D'})")
+        for check in (check_run_choices, check_run_numbers, check_run_options): check(self)
+        if self.data_root is not None: self.data_root = str(check_data_root(self.data_root, self.source))
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -211,12 +240,7 @@ class TrainParams:
 
     def record(self) -> dict:
         "The run's params.json: the contract keys (kind, name, model_size, scale, ...) and every parameter."
-        size = model_size(self.model)
-        paper = all(getattr(self, k) == PAPER_SETTINGS[k] for k in ("steps", "num_generations", "pairs_per_device", "learning_rate"))
-        record = dict(kind="train", name=self.run_name, model_size=size) | asdict(self)
-        record["scale"] = self.scale or ("paper" if paper and size in PAPER_MODEL_SIZES else "mini")
-        if record["name"] is None: record["name"] = default_run_name(record)
-        return {k: record[k] for k in PARAM_KEYS} | {k: v for k, v in record.items() if k not in PARAM_KEYS}
+        return run_record(self)
 
 # %% ../../nbs/35_train_params.ipynb #31f70c95
 FLAG_PARAMS = tuple(f.name for f in fields(TrainParams) if f.type == "bool")   # the on/off flags

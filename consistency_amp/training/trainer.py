@@ -30,9 +30,9 @@ from ..reward.verifiers import (
     accuracy, accuracy_reward_func, completion_text, format_reward_func, parse_answer)
 
 # %% auto #0
-__all__ = ['SIDES', 'OTGRPOConfig', 'pair_key', 'split_key', 'PairedRepeatSampler', 'label_flipped', 'PairedPromptDataset',
-           'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor', 'consistency_reward_placeholder',
-           'OTGRPOTrainer']
+__all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'label_flipped',
+           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
+           'consistency_reward_placeholder', 'paired_prompts', 'log_answer_metrics', 'OTGRPOTrainer']
 
 # %% ../../nbs/26_trainer.ipynb #3f58e82b
 def _param(default, help: str, **kwargs):
@@ -70,35 +70,40 @@ class OTGRPOConfig(GRPOConfig):
                                         "(nbs/25_image_features). False: the model encodes every row's image.")
 
     def __post_init__(self):
-        check_choice("reward", self.reward, REWARDS)
-        check_choice("pairing", self.pairing, PAIRINGS)
-        p = self.label_noise
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-            raise ValueError(f"label_noise must be a probability in [0, 1]; got {p!r}")
-        if p > 0 and self.reward != "accuracy":
-            raise ValueError(f"label_noise={p} corrupts the labels of the accuracy reward, but reward={self.reward!r} "
-                             "reads no label; use reward='accuracy' or label_noise=0")
-        K = self.num_generations
-        check_int("num_generations (the group size K)", K, 2)
-        if self.pairs_per_device is not None:
-            check_int("pairs_per_device", self.pairs_per_device, 1, allow_none=True)
-            size = 2 * self.pairs_per_device * K
-            if self.per_device_train_batch_size not in (None, size):
-                raise ValueError(f"per_device_train_batch_size={self.per_device_train_batch_size} contradicts "
-                                 f"pairs_per_device={self.pairs_per_device} (2 * {self.pairs_per_device} * K={K} = "
-                                 f"{size}); set pairs_per_device=None to choose the batch size yourself")
-            self.per_device_train_batch_size = size
-        else: check_int("per_device_train_batch_size (with pairs_per_device=None)", self.per_device_train_batch_size, 1)
-        if self.remove_unused_columns:
-            raise ValueError("remove_unused_columns must be False: the rewards read the pair_id, side, relation, "
-                             "answer_type (and ground_truth) columns of the rows")
-        if self.reward_weights is None: self.reward_weights = [1.0, 1.0]
-        if len(self.reward_weights) != 2:
-            raise ValueError(f"reward_weights must hold 2 weights (format, {self.reward}); got {self.reward_weights!r}")
+        settle_paired_config(self)
         super().__post_init__()
-        if self.generation_batch_size % (2 * K):
+        if self.generation_batch_size % (2 * self.num_generations):
             raise ValueError(f"the generation batch ({self.generation_batch_size} completions) must hold whole prompt "
-                             f"pairs: a multiple of 2 * num_generations = {2 * K}")
+                             f"pairs: a multiple of 2 * num_generations = {2 * self.num_generations}")
+
+# %% ../../nbs/26_trainer.ipynb #4d6f70fe
+def settle_paired_config(self: OTGRPOConfig) -> None:
+    "Checks the paired fields (reward, pairing, label noise, K, pairs) and derives `per_device_train_batch_size` (2 x pairs x K) and `reward_weights` (1, 1), before GRPOConfig derives its batches from them."
+    check_choice("reward", self.reward, REWARDS)
+    check_choice("pairing", self.pairing, PAIRINGS)
+    p = self.label_noise
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+        raise ValueError(f"label_noise must be a probability in [0, 1]; got {p!r}")
+    if p > 0 and self.reward != "accuracy":
+        raise ValueError(f"label_noise={p} corrupts the labels of the accuracy reward, but reward={self.reward!r} "
+                         "reads no label; use reward='accuracy' or label_noise=0")
+    K = self.num_generations
+    check_int("num_generations (the group size K)", K, 2)
+    if self.pairs_per_device is not None:
+        check_int("pairs_per_device", self.pairs_per_device, 1, allow_none=True)
+        size = 2 * self.pairs_per_device * K
+        if self.per_device_train_batch_size not in (None, size):
+            raise ValueError(f"per_device_train_batch_size={self.per_device_train_batch_size} contradicts "
+                             f"pairs_per_device={self.pairs_per_device} (2 * {self.pairs_per_device} * K={K} = "
+                             f"{size}); set pairs_per_device=None to choose the batch size yourself")
+        self.per_device_train_batch_size = size
+    else: check_int("per_device_train_batch_size (with pairs_per_device=None)", self.per_device_train_batch_size, 1)
+    if self.remove_unused_columns:
+        raise ValueError("remove_unused_columns must be False: the rewards read the pair_id, side, relation, "
+                         "answer_type (and ground_truth) columns of the rows")
+    if self.reward_weights is None: self.reward_weights = [1.0, 1.0]
+    if len(self.reward_weights) != 2:
+        raise ValueError(f"reward_weights must hold 2 weights (format, {self.reward}); got {self.reward_weights!r}")
 
 # %% ../../nbs/26_trainer.ipynb #ab8486e4
 SIDES = ("original", "augmented")
@@ -244,6 +249,27 @@ def consistency_reward_placeholder(completions, **kwargs) -> list:
 
 consistency_reward_placeholder.__name__ = "consistency"   # TRL logs it as rewards/consistency/mean
 
+# %% ../../nbs/26_trainer.ipynb #f6249b2d
+def paired_prompts(train_dataset, args: OTGRPOConfig, make_pair: Callable[..., PromptPair] = make_prompt_pair) -> PairedPromptDataset:
+    "The trainer's `PairedPromptDataset`: from a paired `datasets.Dataset`, spatial `Example`s (through `make_pair`), or one already built for these `args`."
+    if isinstance(train_dataset, PairedPromptDataset):
+        built = (train_dataset.reward, train_dataset.label_noise, train_dataset.label_noise_seed)
+        if built != (args.reward, args.label_noise, args.label_noise_seed):
+            raise ValueError(f"train_dataset was built for reward={built[0]!r}, label_noise={built[1]}, "
+                             f"label_noise_seed={built[2]}, but args say {args.reward!r}, {args.label_noise}, "
+                             f"{args.label_noise_seed}")
+        return train_dataset
+    if not isinstance(train_dataset, HFDataset): train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
+    return PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
+
+# %% ../../nbs/26_trainer.ipynb #7ad1ed10
+def log_answer_metrics(metrics, scores, texts, answer_type, K: int) -> None:
+    "Appends the step's answer metrics to TRL's `metrics`: unparseable share, the reward-hacking monitor, and accuracy where labels exist."
+    unparseable, correct = zip(*scores)
+    metrics["answers/unparseable"].append(float(np.mean(unparseable)))
+    for name, value in answer_monitor(texts, answer_type, K).items(): metrics[name].append(value)
+    if labelled := [c for c in correct if c is not None]: metrics["answers/accuracy"].append(float(np.mean(labelled)))
+
 # %% ../../nbs/26_trainer.ipynb #966b8c7b
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
@@ -252,16 +278,7 @@ class OTGRPOTrainer(GRPOTrainer):
         "`train_dataset`: a paired `datasets.Dataset` (`reward.paired_data`), spatial `Example`s (made one by `spatial_pair_dataset` with `make_pair`), or a `PairedPromptDataset`."
         if not isinstance(args, OTGRPOConfig):
             raise ValueError(f"args must be an OTGRPOConfig, got {type(args).__name__}")
-        if isinstance(train_dataset, PairedPromptDataset):
-            paired = train_dataset
-            built = (paired.reward, paired.label_noise, paired.label_noise_seed)
-            if built != (args.reward, args.label_noise, args.label_noise_seed):
-                raise ValueError(f"train_dataset was built for reward={built[0]!r}, label_noise={built[1]}, "
-                                 f"label_noise_seed={built[2]}, but args say {args.reward!r}, {args.label_noise}, "
-                                 f"{args.label_noise_seed}")
-        else:
-            if not isinstance(train_dataset, HFDataset): train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
-            paired = PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
+        paired = paired_prompts(train_dataset, args, make_pair)
         pairs = args.generation_batch_size // (2 * args.num_generations)
         if len(paired) < pairs:
             raise ValueError(f"train_dataset has {len(paired)} pairs, fewer than the {pairs} prompt pairs of one "
@@ -302,9 +319,6 @@ class OTGRPOTrainer(GRPOTrainer):
                                                        device=rewards_per_func.device)
         else:
             metrics["answers/consistency"].append(float(np.mean(consistency)))
-        unparseable, correct = zip(*gather_object([self._answer_scores(row, t) for row, t in zip(inputs, texts)]))
-        metrics["answers/unparseable"].append(float(np.mean(unparseable)))
-        for name, value in answer_monitor(texts_all, answer_type, self.num_generations).items():
-            metrics[name].append(value)
-        if labelled := [c for c in correct if c is not None]: metrics["answers/accuracy"].append(float(np.mean(labelled)))
+        scores = gather_object([self._answer_scores(row, t) for row, t in zip(inputs, texts)])
+        log_answer_metrics(metrics, scores, texts_all, answer_type, self.num_generations)
         return rewards_per_func

@@ -13,13 +13,14 @@ from .omni3d import Object3D, Scene
 
 # %% auto #0
 __all__ = ['BOOLEAN_TASKS', 'NUMERIC_TASKS', 'TASKS', 'RELATION_PHRASES', 'TEMPLATES', 'MARKERS', 'N_OBJECTS',
-           'DISTANCE_DECIMALS', 'plural', 'Question', 'task_values', 'ground_truth', 'Example']
+           'DISTANCE_DECIMALS', 'plural', 'Question', 'check_question', 'task_values', 'ground_truth', 'Example']
 
-# %% ../../nbs/16_tasks.ipynb #0e494ce9
+# %% ../../nbs/16_tasks.ipynb #36561553
 BOOLEAN_TASKS = ("orientation", "depth", "size", "relative_distance")
 NUMERIC_TASKS = ("counting", "absolute_distance")
 TASKS = BOOLEAN_TASKS + NUMERIC_TASKS
 
+# %% ../../nbs/16_tasks.ipynb #2b9eb6c1
 RELATION_PHRASES: dict[str, tuple[str, str]] = {
     "orientation": ("left of", "right of"),
     "depth": ("closer to", "further from"),
@@ -27,6 +28,7 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     "relative_distance": ("closer to", "further from"),
 }
 
+# %% ../../nbs/16_tasks.ipynb #6682d73d
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "orientation": (
         "Is object {IDX0} to the {REL} object {IDX1}?",
@@ -72,6 +74,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# %% ../../nbs/16_tasks.ipynb #0e494ce9
 MARKERS: dict[str, str] = {"orientation": "dot", "depth": "box", "size": "dot", "relative_distance": "box",
                            "counting": "none", "absolute_distance": "dot"}
 
@@ -107,27 +110,7 @@ class Question:
     order: tuple[int, int] = (1, 2)  # listed object numbers filling {IDX0}, {IDX1}; relative_distance: (2, 3) or (3, 2)
     category: str | None = None      # counting: the class counted
 
-    def __post_init__(self):
-        t = self.task
-        if t not in TASKS: raise ValueError(f"Question: unknown task {t!r}; expected one of {TASKS}")
-        ids = tuple(self.object_ids)
-        object.__setattr__(self, "object_ids", ids)
-        object.__setattr__(self, "order", tuple(self.order))
-        if len(ids) != N_OBJECTS[t]:
-            raise ValueError(f"Question: {t} lists {N_OBJECTS[t]} object(s), got object_ids={ids}")
-        if len(set(ids)) != len(ids): raise ValueError(f"Question: object_ids must be distinct, got {ids}")
-        if not (isinstance(self.template, int) and 0 <= self.template < len(TEMPLATES[t])):
-            raise ValueError(f"Question: template must be an index in 0..{len(TEMPLATES[t]) - 1} for {t}, got {self.template!r}")
-        if t in BOOLEAN_TASKS:
-            if self.relation not in (0, 1): raise ValueError(f"Question: {t} needs relation 0 or 1, got {self.relation!r}")
-        elif self.relation is not None: raise ValueError(f"Question: numeric task {t} takes no relation, got {self.relation!r}")
-        allowed = {"relative_distance": ((2, 3), (3, 2)), "counting": ((1, 2),)}.get(t, ((1, 2), (2, 1)))
-        if self.order not in allowed:
-            why = " (object 1 is the anchor)" if t == "relative_distance" else ""
-            raise ValueError(f"Question: order for {t} must be one of {allowed}{why}, got {self.order!r}")
-        if t == "counting":
-            if not isinstance(self.category, str) or not self.category: raise ValueError("Question: counting needs a category")
-        elif self.category is not None: raise ValueError(f"Question: only counting takes a category, got {self.category!r} for {t}")
+    def __post_init__(self): check_question(self)
 
     @property
     def idx_ids(self) -> tuple[int, int]:
@@ -147,6 +130,30 @@ class Question:
         if self.task == "counting": return tpl.format(CATEGORY=plural(self.category))
         rel = RELATION_PHRASES[self.task][self.relation] if self.relation is not None else ""
         return tpl.format(IDX0=self.order[0], IDX1=self.order[1], REL=rel)
+
+# %% ../../nbs/16_tasks.ipynb #d80dbaea
+def check_question(self: Question) -> None:
+    "Makes `object_ids` and `order` tuples (JSON gives lists); refuses a question its task cannot ask: an unknown task, a wrong object count, template, relation, order or category."
+    t = self.task
+    if t not in TASKS: raise ValueError(f"Question: unknown task {t!r}; expected one of {TASKS}")
+    ids = tuple(self.object_ids)
+    object.__setattr__(self, "object_ids", ids)
+    object.__setattr__(self, "order", tuple(self.order))
+    if len(ids) != N_OBJECTS[t]:
+        raise ValueError(f"Question: {t} lists {N_OBJECTS[t]} object(s), got object_ids={ids}")
+    if len(set(ids)) != len(ids): raise ValueError(f"Question: object_ids must be distinct, got {ids}")
+    if not (isinstance(self.template, int) and 0 <= self.template < len(TEMPLATES[t])):
+        raise ValueError(f"Question: template must be an index in 0..{len(TEMPLATES[t]) - 1} for {t}, got {self.template!r}")
+    if t in BOOLEAN_TASKS:
+        if self.relation not in (0, 1): raise ValueError(f"Question: {t} needs relation 0 or 1, got {self.relation!r}")
+    elif self.relation is not None: raise ValueError(f"Question: numeric task {t} takes no relation, got {self.relation!r}")
+    allowed = {"relative_distance": ((2, 3), (3, 2)), "counting": ((1, 2),)}.get(t, ((1, 2), (2, 1)))
+    if self.order not in allowed:
+        why = " (object 1 is the anchor)" if t == "relative_distance" else ""
+        raise ValueError(f"Question: order for {t} must be one of {allowed}{why}, got {self.order!r}")
+    if t == "counting":
+        if not isinstance(self.category, str) or not self.category: raise ValueError("Question: counting needs a category")
+    elif self.category is not None: raise ValueError(f"Question: only counting takes a category, got {self.category!r} for {t}")
 
 # %% ../../nbs/16_tasks.ipynb #8634c2d7
 def _objects(scene: Scene, ids) -> list[Object3D]:
