@@ -446,6 +446,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                         'consistency_amp.layout.imports': ('layout.html#imports', 'consistency_amp/layout.py'),
                                         'consistency_amp.layout.layer': ('layout.html#layer', 'consistency_amp/layout.py'),
                                         'consistency_amp.layout.layer_map': ('layout.html#layer_map', 'consistency_amp/layout.py'),
+                                        'consistency_amp.layout.long_cells': ('layout.html#long_cells', 'consistency_amp/layout.py'),
                                         'consistency_amp.layout.module_name': ('layout.html#module_name', 'consistency_amp/layout.py'),
                                         'consistency_amp.layout.module_path': ('layout.html#module_path', 'consistency_amp/layout.py'),
                                         'consistency_amp.layout.notebook_modules': ( 'layout.html#notebook_modules',

@@ -10,7 +10,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['LAYERS', 'ENTRY_ALIASES', 'PACKAGE', 'module_name', 'module_path', 'layer', 'imports', 'import_graph',
            'upward_imports', 'import_circles', 'layer_map', 'notebook_modules', 'out_of_order', 'exported_cell_lines',
-           'cell_size_summary']
+           'cell_size_summary', 'long_cells']
 
 # %% ../nbs/00_layout.ipynb #58ee472a
 LAYERS = ("", "reward", "world", "training", "evaluation", "grid", "figures", "science", "experiments")   # "": the top level
@@ -86,11 +86,12 @@ def import_circles(package: Path = PACKAGE) -> list[list[str]]:
 
 # %% ../nbs/00_layout.ipynb #e89bc63a
 def layer_map(package: Path = PACKAGE) -> list[dict]:
-    "Per layer: its name, job (docstring), modules, lines and the layers its modules import."
+    "Per layer: its name, job (docstring), modules, lines and the layers its modules import (the entry aliases aside)."
+    aliases = {a.replace("consistency_amp", package.name, 1) for a in ENTRY_ALIASES}   # they import only when run
     graph, rows = import_graph(package), []
     for i, name in enumerate(LAYERS):
         files = sorted(package.glob("*.py") if not name else (package/name).glob("*.py"))
-        files = [f for f in files if f.stem not in ("_modidx", "__init__")]
+        files = [f for f in files if f.stem not in ("_modidx", "__init__") and module_name(f, package) not in aliases]
         job = ast.get_docstring(ast.parse((package/name/"__init__.py").read_text())) if name else "the top level"
         imported = {LAYERS[layer(o)] or "top" for f in files for o in graph[module_name(f, package)] if layer(o) != i}
         rows.append(dict(layer=name or "top", modules=len(files), lines=sum(len(f.read_text().splitlines()) for f in files),
@@ -133,3 +134,16 @@ def cell_size_summary(counts: dict[str, list[int]], long: int = 30) -> dict:
     longest = sorted(((n, stem) for stem, ns in counts.items() for n in ns), reverse=True)[:5]
     return dict(cells=len(every), median=statistics.median(every), over=sum(n > long for n in every) / len(every),
                 longest=[(stem, n) for n, stem in longest])
+
+# %% ../nbs/00_layout.ipynb #6e528439
+def long_cells(nbs: Path, lines: int = 50) -> list[tuple[str, int, list[str]]]:
+    "(notebook, lines, public names defined) of every exported cell of `lines` lines or more."
+    found = []
+    for path in sorted(Path(nbs).glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            src = "".join(cell["source"])
+            if cell["cell_type"] != "code" or not src.startswith("#| export") or len(src.splitlines()) - 1 < lines: continue
+            tree = ast.parse(src.split("\n", 1)[1])
+            names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")]
+            found.append((path.stem, len(src.splitlines()) - 1, names))
+    return found
