@@ -6,7 +6,8 @@ seed 0) through `sweep_val.py` (the experiment's training world; evaluation on t
 per LoRA: r 32 on every layer (the default), r 4 (alpha 8), r 32 on layers 0-1 only, r 32 on layers 2-3 only (the
 large base has 4). Two arms at a time, one thread each; then the table of `transfer_lora_table.py`.
 
-    python research/transfer_lora_probe.py
+    python research/transfer_lora_probe.py          # the four arms above
+    python research/transfer_lora_probe.py more     # then: size trained alone with r 4, and depth with r 4 on seed 1
 """
 import json, subprocess, sys
 
@@ -17,8 +18,11 @@ BASE = dict(task="depth", reward="accuracy", steps=80, num_generations=8, pairs_
 ARMS = {"depth_acc_r32": {}, "depth_acc_r4": dict(model_args=dict(lora_r=4, lora_alpha=8)),
         "depth_acc_low": dict(model_args=dict(lora_target_modules=layers("01"))),
         "depth_acc_high": dict(model_args=dict(lora_target_modules=layers("23")))}
+MORE = {"size_acc_r4": dict(task="size", model_args=dict(lora_r=4, lora_alpha=8)),
+        "depth_acc_r4_seed1": dict(seed=1, model_args=dict(lora_r=4, lora_alpha=8))}
 env = {"OMP_NUM_THREADS": "1"}
 import os
+if sys.argv[1:] == ["more"]: ARMS = MORE
 names = list(ARMS)
 for pair in (names[:2], names[2:]):
     procs = [subprocess.Popen([sys.executable, "research/sweep_val.py", n, json.dumps(BASE | ARMS[n]), "200"],
