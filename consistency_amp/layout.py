@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast, json, statistics
 from pathlib import Path
 
+import consistency_amp
+
 # %% auto #0
 __all__ = ['LAYERS', 'ENTRY_ALIASES', 'PACKAGE', 'module_name', 'module_path', 'layer', 'imports', 'import_graph',
            'upward_imports', 'import_circles', 'layer_map', 'notebook_modules', 'out_of_order', 'exported_cell_lines',
@@ -17,7 +19,7 @@ LAYERS = ("", "reward", "world", "training", "evaluation", "grid", "figures", "s
 # aliases of entry points under their older names: they import their command only when run as __main__
 ENTRY_ALIASES = ("consistency_amp.train", "consistency_amp.experiments.experiment", "consistency_amp.experiments.evaluate",
                  "consistency_amp.experiments.registry")
-PACKAGE = Path(__file__).resolve().parent if "__file__" in globals() else Path(consistency_amp.__file__).parent
+PACKAGE = Path(consistency_amp.__file__).resolve().parent   # the installed package (its __init__ imports nothing heavy)
 
 # %% ../nbs/00_layout.ipynb #dc51d2b3
 def module_name(path: Path, package: Path = PACKAGE) -> str:
