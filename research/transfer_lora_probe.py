@@ -8,6 +8,7 @@ large base has 4). Two arms at a time, one thread each; then the table of `trans
 
     python research/transfer_lora_probe.py          # the four arms above
     python research/transfer_lora_probe.py more     # then: size trained alone with r 4, and depth with r 4 on seed 1
+    python research/transfer_lora_probe.py smaller  # then: r 32 with a smaller update (lr 1e-4; or 40 steps)
 """
 import json, subprocess, sys
 
@@ -20,9 +21,11 @@ ARMS = {"depth_acc_r32": {}, "depth_acc_r4": dict(model_args=dict(lora_r=4, lora
         "depth_acc_high": dict(model_args=dict(lora_target_modules=layers("23")))}
 MORE = {"size_acc_r4": dict(task="size", model_args=dict(lora_r=4, lora_alpha=8)),
         "depth_acc_r4_seed1": dict(seed=1, model_args=dict(lora_r=4, lora_alpha=8))}
+SMALLER = {"depth_acc_lr1e-4": dict(learning_rate=1e-4), "depth_acc_s40": dict(steps=40)}
 env = {"OMP_NUM_THREADS": "1"}
 import os
 if sys.argv[1:] == ["more"]: ARMS = MORE
+if sys.argv[1:] == ["smaller"]: ARMS = SMALLER
 names = list(ARMS)
 for pair in (names[:2], names[2:]):
     procs = [subprocess.Popen([sys.executable, "research/sweep_val.py", n, json.dumps(BASE | ARMS[n]), "200"],
