@@ -16,15 +16,17 @@ import torch
 from ..core import check_choice
 from .tiny_models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
 from ..world.prompts import _visible_box, draw_markers, load_rgb, prompt_messages, prompt_text
-from ..world.tasks import BOOLEAN_TASKS, RELATION_PHRASES, TEMPLATES, Question, ground_truth
+from ..world.tasks import (BOOLEAN_TASKS, NUMERIC_TASKS, RELATION_PHRASES, TASKS, TEMPLATES, Question,
+                                          ground_truth)
 from ..world.transforms import Transform, apply_transform, sample_transform, transform_question
 
 # %% auto #0
-__all__ = ['THINKS', 'FACTS', 'LATER_RECIPE_FIELDS', 'CUE_NAMES', 'FACT_WORDS', 'MARKER_CHANNELS', 'PERCEPTION_CHANNELS',
-           'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE', 'LOG_FILE', 'BaseRecipe', 'vision_window', 'base_config',
-           'base_processor', 'cue_values', 'cue_edges', 'think_text', 'fact_text', 'claim_text', 'match_text',
-           'target_completion', 'pretraining_world', 'pretraining_examples', 'reword', 'perception_targets',
-           'perception_loss', 'image_variants', 'fact_question', 'pretraining_batch', 'logic_batch', 'pretrain']
+__all__ = ['THINKS', 'FACTS', 'LATER_RECIPE_FIELDS', 'CUE_NAMES', 'FACT_WORDS', 'NUMBER_WORDS', 'MARKER_CHANNELS',
+           'PERCEPTION_CHANNELS', 'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE', 'LOG_FILE', 'recipe_tasks',
+           'BaseRecipe', 'vision_window', 'base_config', 'base_processor', 'cue_values', 'cue_edges', 'think_text',
+           'fact_text', 'claim_text', 'match_text', 'number_text', 'target_completion', 'pretraining_world',
+           'pretraining_examples', 'reword', 'perception_targets', 'perception_loss', 'image_variants', 'fact_question',
+           'pretraining_batch', 'logic_batch', 'pretrain']
 
 # %% ../../nbs/37_pretraining.ipynb #e03874f6
 def _f(default, help: str):
@@ -35,7 +37,15 @@ def _f(default, help: str):
 # %% ../../nbs/37_pretraining.ipynb #c04fcf96
 THINKS = ("match", "claim", "facts", "cues", "none")   # what the <think> of a pretraining target states
 FACTS = ("seen", "random")   # whether the targets follow the image, or a coin (the no-ability control)
-LATER_RECIPE_FIELDS = {"facts": "seen"}   # added after bases were built: left out of to_dict at this value (same keys)
+LATER_RECIPE_FIELDS = {"facts": "seen", "tasks": list(BOOLEAN_TASKS)}   # added after bases were built: left out of
+# to_dict at these values, so the shipped bases keep their recipes and keys
+
+def recipe_tasks(tasks) -> tuple[str, ...]:
+    "`tasks` as a tuple; a ValueError names `BaseRecipe.tasks` unless it lists known tasks, each once."
+    tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
+    for task in tasks: check_choice("BaseRecipe.tasks", task, TASKS)
+    if not tasks or len(set(tasks)) < len(tasks): raise ValueError(f"BaseRecipe.tasks must list tasks, each once; got {tasks!r}")
+    return tasks
 
 @dataclass(frozen=True)
 class BaseRecipe:
@@ -63,12 +73,15 @@ class BaseRecipe:
     seed: int = _f(0, "initialisation and sampling seed")
     facts: str = _f("seen", "'seen': targets state what the image shows; 'random': a seeded coin picks which object wins, "
                     "so the model learns the format and the wording's logic but not to see (the no-ability control)")
+    tasks: tuple = _f(BOOLEAN_TASKS, "tasks whose questions pretrain the base: the four boolean ones (the shipped bases), "
+                      "and 'counting' and 'absolute_distance', whose think states the number (' count 3', ' meters 1.4')")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
         for f in fields(self):
             value, kind = getattr(self, f.name), type(f.default)
             may_be_zero = "seed" in f.name or f.name in ("perception_weight", "perception_steps", "logic_steps")
-            if f.name in ("think", "facts"):
+            if f.name == "tasks": object.__setattr__(self, "tasks", recipe_tasks(value))
+            elif f.name in ("think", "facts"):
                 valid = THINKS if f.name == "think" else FACTS
                 check_choice(f"BaseRecipe.{f.name}", value, valid)
             elif (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)
@@ -78,9 +91,14 @@ class BaseRecipe:
         if self.facts == "random" and (self.perception_steps or self.perception_weight):
             raise ValueError("BaseRecipe.facts='random' needs perception_steps=0 and perception_weight=0: the perception "
                              "loss teaches the vision tower to see")
+        if self.facts == "random" and set(self.tasks) - set(BOOLEAN_TASKS):
+            raise ValueError(f"BaseRecipe.facts='random' swaps the compared objects of boolean questions; tasks "
+                             f"{[t for t in self.tasks if t not in BOOLEAN_TASKS]} have none")
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if LATER_RECIPE_FIELDS.get(k, object()) != v}
+        "The recipe as JSON values (tuples as lists), without the later fields at their first values."
+        plain = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return {k: v for k, v in plain.items() if LATER_RECIPE_FIELDS.get(k, object()) != v}
 
 # %% ../../nbs/37_pretraining.ipynb #97c65de0
 def vision_window(max_pixels: int) -> int:
@@ -144,7 +162,8 @@ def cue_values(scene, question: Question) -> tuple[float, float]:
 def cue_edges(examples) -> dict[str, list[float]]:
     "Per task, the 9 decile edges of the cues of `examples` (digits 0-9)."
     by_task = {}
-    for e in examples: by_task.setdefault(e.task, []).extend(cue_values(e.scene, e.question))
+    for e in (e for e in examples if e.task in BOOLEAN_TASKS):   # a count or a distance has no visible cue pair
+        by_task.setdefault(e.task, []).extend(cue_values(e.scene, e.question))
     return {t: np.quantile(v, np.linspace(0.1, 0.9, 9)).tolist() for t, v in by_task.items()}
 
 # %% ../../nbs/37_pretraining.ipynb #650b8f03
@@ -178,13 +197,22 @@ def match_text(scene, question: Question) -> str:
     claimed = question.order[0] if question.relation == 0 else question.order[1]
     return f" {word} {winner}; {question.order[0]} {relation}; {word} {claimed}{str(claimed) == winner}"
 
+# %% ../../nbs/37_pretraining.ipynb #ec423a34
+NUMBER_WORDS = {"counting": "count", "absolute_distance": "meters"}
+
+def number_text(scene, question: Question) -> str:
+    "The think of a numeric target: the quantity's word and the number the answer repeats (' count 3', ' meters 1.4')."
+    check_choice("numeric task", question.task, NUMERIC_TASKS)
+    return f" {NUMBER_WORDS[question.task]} {ground_truth(scene, question)}"
+
 # %% ../../nbs/37_pretraining.ipynb #be262d60
 def target_completion(scene, question: Question, edges: dict, think: str = "cues") -> str:
-    "The supervised completion: the think (claim, canonical fact, cue digits or empty) and the ground truth (Section 4.4)."
+    "The supervised completion: the think (claim, canonical fact, cue digits, the number or empty) and the ground truth (Section 4.4)."
     check_choice("think", think, THINKS)
-    reasoning = {"cues": lambda: think_text(scene, question, edges), "facts": lambda: fact_text(scene, question),
-                 "claim": lambda: claim_text(scene, question),
-                 "match": lambda: match_text(scene, question), "none": lambda: ""}[think]()
+    if question.task in NUMERIC_TASKS: reasoning = "" if think == "none" else number_text(scene, question)
+    else: reasoning = {"cues": lambda: think_text(scene, question, edges), "facts": lambda: fact_text(scene, question),
+                       "claim": lambda: claim_text(scene, question),
+                       "match": lambda: match_text(scene, question), "none": lambda: ""}[think]()
     return f"<think>{reasoning}</think><answer>{ground_truth(scene, question)}</answer>"
 
 # %% ../../nbs/37_pretraining.ipynb #e5c4c7f6
@@ -195,18 +223,20 @@ def pretraining_world(recipe: BaseRecipe) -> Path:
 
 # %% ../../nbs/37_pretraining.ipynb #5221dd06
 def pretraining_examples(recipe: BaseRecipe) -> tuple[list, list]:
-    "(train, validation) boolean-task examples of the pretraining world, both sources."
+    "(train, validation) examples of the recipe's tasks in the pretraining world, both sources."
     from consistency_amp.world.task_splits import build_task_splits
-    splits = build_task_splits(pretraining_world(recipe), tasks=BOOLEAN_TASKS, max_per_image=recipe.max_per_image,
+    splits = build_task_splits(pretraining_world(recipe), tasks=recipe.tasks, max_per_image=recipe.max_per_image,
                                seed=recipe.seed)
     return [e for s in splits.values() for e in s.train], [e for s in splits.values() for e in s.test]
 
 # %% ../../nbs/37_pretraining.ipynb #e169c883
 def reword(rng: np.random.Generator, question: Question) -> Question:
-    "`question` with a new template, relation phrase and object order (same objects, so the same markers)."
+    "`question` with a new template, relation phrase and object order (same objects, so the same markers); numeric: no relation."
+    template = int(rng.integers(len(TEMPLATES[question.task])))
+    if question.task == "counting": return replace(question, template=template)   # no objects to order
+    if question.task == "absolute_distance": return replace(question, template=template, order=((1, 2), (2, 1))[int(rng.integers(2))])
     order = ((2, 3), (3, 2)) if question.task == "relative_distance" else ((1, 2), (2, 1))
-    return replace(question, template=int(rng.integers(len(TEMPLATES[question.task]))), relation=int(rng.integers(2)),
-                   order=order[int(rng.integers(2))])
+    return replace(question, template=template, relation=int(rng.integers(2)), order=order[int(rng.integers(2))])
 
 # %% ../../nbs/37_pretraining.ipynb #eeaeceb0
 MARKER_CHANNELS = ("red", "blue", "green")
@@ -226,12 +256,14 @@ def perception_targets(scene, question: Question, grid) -> tuple[np.ndarray, np.
     for c, colour in enumerate(MARKER_CHANNELS):
         hit = drawn == packed(np.array(MARKER_RGB[colour], np.uint8))
         target[..., c] = np.logical_or.reduceat(np.logical_or.reduceat(hit, ys, axis=0), xs, axis=1)
-    fact = len(MARKER_CHANNELS) + BOOLEAN_TASKS.index(question.task)
-    first = 2 if question.task == "relative_distance" else 1
-    target[..., fact] = fact_text(scene, question).split()[1] == str(first)
+    if question.task in BOOLEAN_TASKS:   # a numeric question has no fact: no fact channel is scored
+        fact = len(MARKER_CHANNELS) + BOOLEAN_TASKS.index(question.task)
+        first = 2 if question.task == "relative_distance" else 1
+        target[..., fact] = fact_text(scene, question).split()[1] == str(first)
+        mask[..., fact] = 1
     target[..., -2] = ((np.arange(rows) + 0.5) / rows)[:, None]
     target[..., -1] = ((np.arange(cols) + 0.5) / cols)[None, :]
-    mask[..., :len(MARKER_CHANNELS)] = mask[..., fact] = mask[..., -2:] = 1
+    mask[..., :len(MARKER_CHANNELS)] = mask[..., -2:] = 1
     return target.reshape(-1, PERCEPTION_CHANNELS), mask.reshape(-1, PERCEPTION_CHANNELS)
 
 # %% ../../nbs/37_pretraining.ipynb #de8da5c5
@@ -272,7 +304,9 @@ def _supervised(tokenizer, prompts: list[str], completions: list[str]) -> dict:
 def fact_question(rng: np.random.Generator, question: Question, facts: str = "seen") -> Question:
     "The question a target is written for: `question`, or (facts 'random') on a coin the one with its compared objects swapped."
     check_choice("facts", facts, FACTS)
-    if facts == "seen" or rng.random() < 0.5: return question   # 'seen' draws nothing: the shipped builds are unchanged
+    if facts == "seen": return question   # draws nothing: the shipped builds are unchanged
+    if question.task not in BOOLEAN_TASKS: raise ValueError(f"fact_question: facts='random' swaps compared objects; {question.task} has none")
+    if rng.random() < 0.5: return question
     return transform_question(question, Transform(marker_swap=True))   # the same words; the other object wins
 
 # %% ../../nbs/37_pretraining.ipynb #a866dc53
