@@ -13,7 +13,7 @@ from ..world.prompts import load_rgb, make_prompt
 from ..world.tasks import ground_truth
 
 # %% auto #0
-__all__ = ['cell_rows', 'cell_report', 'group_diversity']
+__all__ = ['cell_rows', 'cell_report', 'group_diversity', 'numeric_table', 'numeric_report']
 
 # %% ../../nbs/44_base_report.ipynb #9cc6633d
 def cell_rows(examples) -> list[dict]:
@@ -64,3 +64,26 @@ def group_diversity(model, processor, examples, K: int = 8, max_new_tokens: int 
         parsed += sum(a is not None for a in answers); total += K
         both += {True, False} <= set(answers)
     return dict(format_rate=parsed / total, both_answers=both / len(examples), groups=len(examples), K=K)
+
+# %% ../../nbs/44_base_report.ipynb #a5eb23d7
+def numeric_table(examples, completions):
+    "Per numeric task: n, format rate, mean rescaled-error score (0 when unparseable), distinct answers, mean answer and truth."
+    import pandas as pd
+    from consistency_amp.reward.verifiers import accuracy, parse_answer
+    rows = []
+    for e, text in zip(examples, completions, strict=True):
+        y = parse_answer(text, "numeric")
+        rows.append(dict(task=e.task, format=y is not None, score=accuracy(y, e.answer, "numeric"), answer=y, truth=e.answer))
+    return (pd.DataFrame(rows).groupby("task").agg(n=("score", "size"), format_rate=("format", "mean"), score=("score", "mean"),
+                                                    distinct_answers=("answer", "nunique"), mean_answer=("answer", "mean"),
+                                                    mean_truth=("truth", "mean")).reset_index())
+
+# %% ../../nbs/44_base_report.ipynb #e49788e4
+def numeric_report(model, processor, examples, batch_size: int = 64, max_new_tokens: int = 32):
+    "`numeric_table` of the greedy completions of the numeric `examples` (their own wordings)."
+    from consistency_amp.evaluation.decoders import GreedyDecoder
+    decoder, rows = GreedyDecoder(model, processor, max_new_tokens), []
+    for e in examples:
+        p = make_prompt(e.scene, load_rgb(e.scene), e.question)
+        rows.append(dict(prompt=p.messages, image=p.image))
+    return numeric_table(examples, [t for i in range(0, len(rows), batch_size) for t in decoder.complete(rows[i:i + batch_size])])
