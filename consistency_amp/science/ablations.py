@@ -270,7 +270,9 @@ ABLATION_FIGURES = (   # the science rows' prefix, and the figure they come from
                  "trained task, paired over seeds and questions"),
     ("noise_crossover_", "Figure 6 per task (`science_fig6_label_noise_per_task.png`), the flipped-label crossover"),
     ("ssl_", "Figure 5, controlled (`science_fig5_ssl_baselines.png`), the best self-supervised baseline trained here "
-             "minus consistency"))
+             "minus consistency"),
+    ("transfer_", "Figure 3 (`science_fig3_cross_task.png`), the gain of a task trained alone on another task, depth "
+                  "to size and size to depth (issue 26)"))
 
 def merge_science(out_dir, table: pd.DataFrame) -> list[Path]:
     "Replace `table`'s metrics in out_dir/science.csv (appending new ones) and in its section of science.md (other rows of the section kept); the paths."

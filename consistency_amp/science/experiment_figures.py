@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from .experiment_design import (eval_examples, EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, PER_TASK_REWARDS,
                                                     SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs)
@@ -19,9 +20,10 @@ from .table import bootstrap, gain_ratio, science_summary
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['SIZES', 'BASE_TITLES', 'REWARD_COLOURS', 'CONDITION_LABELS', 'correctness', 'same_task_rows', 'transfer_rows',
-           'same_task_gains', 'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures',
-           'sampled_summary', 'per_task_summary', 'miniature_summary']
+__all__ = ['SIZES', 'BASE_TITLES', 'TRANSFER_PAIRS', 'PAPER_TRANSFER', 'REWARD_COLOURS', 'CONDITION_LABELS', 'correctness',
+           'same_task_rows', 'transfer_rows', 'transfer_verdict', 'transfer_science_rows', 'same_task_gains',
+           'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures', 'sampled_summary',
+           'per_task_summary', 'miniature_summary']
 
 # %% ../../nbs/64_experiment_figures.ipynb #e46f6058
 def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_NAME, runs_dir=None):
@@ -74,6 +76,28 @@ def transfer_rows(config: ExperimentConfig, eval_name: str = EVAL_NAME, runs_dir
             rows.append(dict(trained=trained, reward=reward, task=task, n=len(cols), seeds=len(a))
                         | _interval({"consistency": a[:, cols], "base": b[:, cols]}, lambda m: m["consistency"] - m["base"], resamples))
     return rows
+
+# %% ../../nbs/64_experiment_figures.ipynb #dde34c2a
+TRANSFER_PAIRS = (("depth", "size"), ("size", "depth"))   # (trained, evaluated): the pair Section 5.2 reads as one 3D sense
+PAPER_TRANSFER = "> 0 (all 12 cells, both rewards; worst +5.8 pp; 7B)"   # Section 5.2, Figure 3
+
+def transfer_verdict(low: float, high: float) -> str:
+    "A transfer's interval against zero: positive (the paper), negative, or neither beyond noise."
+    if low > 0: return "reproduced: positive beyond noise"
+    if high < 0: return "NOT reproduced: negative beyond noise"
+    return "no transfer beyond noise (at or above zero within the interval; not positive)"
+
+# %% ../../nbs/64_experiment_figures.ipynb #23284eb0
+def transfer_science_rows(rows) -> pd.DataFrame:
+    "The science table's `transfer_<trained>_to_<task>[_<reward>]` rows of TRANSFER_PAIRS from Figure 3's rows (dicts or a read CSV)."
+    out = []
+    for r in (dict(r) for r in rows):
+        if (r["trained"], r["task"]) not in TRANSFER_PAIRS: continue
+        suffix = "" if r["reward"] == "consistency_marker_swap" else f"_{r['reward']}"
+        value, low, high = (float(r[k]) for k in ("value", "low", "high"))
+        out.append(dict(metric=f"transfer_{r['trained']}_to_{r['task']}{suffix}", value=value, low=low, high=high,
+                        n=int(r["n"]), seeds=int(r["seeds"]), paper=PAPER_TRANSFER, verdict=transfer_verdict(low, high)))
+    return pd.DataFrame(out, columns=["metric", "value", "low", "high", "n", "seeds", "paper", "verdict"])
 
 # %% ../../nbs/64_experiment_figures.ipynb #4a5c9261
 def same_task_gains(config: ExperimentConfig, runs_dir=None, resamples: int = 1000,
@@ -223,7 +247,7 @@ def _write_csv(rows: list[dict], out: Path, name: str) -> Path:
 def _write(fig, rows: list[dict], out: Path, name: str) -> list[Path]: return write_figure(fig, out, name) + [_write_csv(rows, out, name)]
 
 def report_figures(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples: int = 1000) -> list[Path]:
-    "Write Figures 2-4 in miniature (science_fig2_same_task, science_fig3_cross_task, science_fig4_cross_domain), the per-task gain ratios (science_per_task.csv) and the sampled answers (science_sampled) where their runs exist."
+    "Write Figures 2-4 in miniature (science_fig2_same_task, science_fig3_cross_task, science_fig4_cross_domain), the per-task gain ratios (science_per_task.csv), the transfer rows of science.csv and the sampled answers (science_sampled) where their runs exist."
     out, paths = Path(out_dir), []
     out.mkdir(parents=True, exist_ok=True)
     rows = same_task_rows(config, runs_dir, resamples)
@@ -233,6 +257,9 @@ def report_figures(config: ExperimentConfig, runs_dir=None, out_dir="figures", r
                                    ("science_fig4_cross_domain", HELD_OUT_EVAL_NAME, "Figure 4 in miniature: the held-out source (KITTI)")):
         if rows := transfer_rows(config, eval_name, runs_dir, resamples):
             paths += _write(plot_transfer(rows, title), rows, out, name)
+            if eval_name == EVAL_NAME and len(table := transfer_science_rows(rows)):   # issue 26's rows of science.csv
+                from consistency_amp.science.ablations import merge_science
+                paths += merge_science(out, table)
     if rows := same_task_gains(config, runs_dir, resamples): paths.append(_write_csv(rows, out, "science_per_task"))
     if rows := sampled_rows(config, runs_dir, resamples):
         paths += _write(plot_sampled(rows), rows, out, "science_sampled")
