@@ -951,6 +951,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                            'consistency_amp/training/pretraining.py'),
                                                       'consistency_amp.training.pretraining.number_text': ( 'pretraining.html#number_text',
                                                                                                             'consistency_amp/training/pretraining.py'),
+                                                      'consistency_amp.training.pretraining.object_digit': ( 'pretraining.html#object_digit',
+                                                                                                             'consistency_amp/training/pretraining.py'),
                                                       'consistency_amp.training.pretraining.perception_loss': ( 'pretraining.html#perception_loss',
                                                                                                                 'consistency_amp/training/pretraining.py'),
                                                       'consistency_amp.training.pretraining.perception_targets': ( 'pretraining.html#perception_targets',

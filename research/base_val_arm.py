@@ -3,6 +3,8 @@ Session 18, 2026-11-26. The experiment's settings (80 steps, K 8, 2 pairs, lr 2e
 overridden), trained on the experiment world (seed 0, SUN RGB-D), evaluated on the val world (seed 1), 200 per task.
 
     OMP_NUM_THREADS=1 python research/base_val_arm.py FOLDER NAME '{TrainParams overrides}'   # "steps": 0 evaluates the base
+    OMP_NUM_THREADS=1 python research/base_val_arm.py FOLDER NAME '{"task": "absolute_distance"}' counting,absolute_distance
+                                                                      # the last argument: the evaluated tasks (default: the boolean ones)
 
 Prints accuracy per task, the format rate and, per task, the share of thinks whose first claim names the second listed
 object (0.5 follows the images; probes 1-2 in research/README.md). Writes scratch/sweep_runs/NAME/eval/val.json.
@@ -20,6 +22,7 @@ from consistency_amp.world.synthetic import SyntheticConfig, default_world
 from consistency_amp.world.tasks import BOOLEAN_TASKS
 
 folder, name, over = Path(sys.argv[1]).resolve(), sys.argv[2], json.loads(sys.argv[3])
+eval_tasks = tuple(sys.argv[4].split(",")) if len(sys.argv) > 4 else BOOLEAN_TASKS
 train_world = default_world(SyntheticConfig(seed=0, n_images_per_split={"train": 1600, "val": 400, "test": 400}, sources=("SUNRGBD",)))
 val_world = default_world(SyntheticConfig(seed=1, n_images_per_split={"train": 0, "val": 0, "test": 1200}, sources=("SUNRGBD",)))
 t0, adapter = time.time(), None
@@ -29,7 +32,7 @@ if over.get("steps", 1) > 0:
                                           data_root=str(train_world), runs_dir="scratch/sweep_runs", save_steps=0) | over))
     adapter = run / "adapter"
 t1 = time.time()
-out, recs = evaluate(str(folder), adapter=adapter, data_root=val_world, tasks=BOOLEAN_TASKS, sources=("SUNRGBD",),
+out, recs = evaluate(str(folder), adapter=adapter, data_root=val_world, tasks=eval_tasks, sources=("SUNRGBD",),
                      max_examples=200, batch_size=64, max_new_tokens=24, progress=False, return_records=True)
 write_json(Path("scratch/sweep_runs") / name / "eval" / "val.json", jsonable(out | dict(run=name, data_root=str(val_world), examples=recs)))
 claims = {}

@@ -6,6 +6,7 @@ Session 18, 2026-11-26.
     OMP_NUM_THREADS=1 python research/numeric_base_probe.py band    # research/eval_base.py: boolean cells, then numeric
     OMP_NUM_THREADS=1 python research/numeric_base_probe.py build 400   # the same with a full stage of 400 steps: scratch/bases/numeric_s400
     OMP_NUM_THREADS=1 python research/numeric_base_probe.py band 400
+    (and 1000: scratch/bases/numeric_s1000)
 """
 import subprocess, sys, time
 from dataclasses import replace

@@ -5,6 +5,7 @@ different output token per task. Session 18, 2026-11-26.
 
     OMP_NUM_THREADS=1 python research/task_tokens_probe.py build      # ~22 min on one core: scratch/bases/task_tokens
     OMP_NUM_THREADS=1 python research/task_tokens_probe.py build 1500 400   # logic and full stages longer: .../task_tokens_l1500_s400
+    OMP_NUM_THREADS=1 python research/task_tokens_probe.py build 1500 400 shared   # the control: shared digits, same stages
     OMP_NUM_THREADS=1 python research/task_tokens_probe.py band       # issue 8's band report on the pretraining world's held-out 20%
     OMP_NUM_THREADS=1 python research/task_tokens_probe.py val NAME '{TrainParams overrides}'   # train (steps 0: the base), eval on val
 
@@ -18,7 +19,8 @@ import torch
 
 torch.set_num_threads(1)
 LOGIC, FULL = (int(sys.argv[2]), int(sys.argv[3])) if sys.argv[1] == "build" and len(sys.argv) > 3 else (600, 200)
-FOLDER = Path("scratch/bases/task_tokens" + ("" if (LOGIC, FULL) == (600, 200) else f"_l{LOGIC}_s{FULL}"))
+SHARED = sys.argv[-1] == "shared"   # the control: the shipped match think (every task names its objects 1 / 2 / 3)
+FOLDER = Path(f"scratch/bases/{'shared' if SHARED else 'task_tokens'}" + ("" if (LOGIC, FULL) == (600, 200) else f"_l{LOGIC}_s{FULL}"))
 OBJECT_TOKENS = {"orientation": {1: "1", 2: "2"}, "depth": {1: "3", 2: "4"}, "size": {1: "5", 2: "6"},
                  "relative_distance": {2: "7", 3: "8"}}
 
@@ -51,13 +53,13 @@ step = sys.argv[1]
 if step == "build":
     import consistency_amp.training.pretraining as pretraining
     from consistency_amp.training.spatial_bases import SPATIAL_BASES
-    pretraining.match_text = task_match_text   # target_completion looks it up at call time
+    if not SHARED: pretraining.match_text = task_match_text   # target_completion looks it up at call time
     t0 = time.time()
     from dataclasses import replace
     recipe = replace(SPATIAL_BASES["spatial-base-large"], logic_steps=LOGIC, steps=FULL)
     print("wrote", pretraining.pretrain(recipe, FOLDER, progress=False),
           f"in {time.time() - t0:.0f} s", flush=True)
-    (FOLDER / "NOTE.txt").write_text("recipe.json says think 'match'; the targets used research/task_tokens_probe.py's "
+    if not SHARED: (FOLDER / "NOTE.txt").write_text("recipe.json says think 'match'; the targets used research/task_tokens_probe.py's "
                                      f"per-task object digits {OBJECT_TOKENS}\n")
 elif step == "band":
     import subprocess

@@ -21,12 +21,12 @@ from ..world.tasks import (BOOLEAN_TASKS, NUMERIC_TASKS, RELATION_PHRASES, TASKS
 from ..world.transforms import Transform, apply_transform, sample_transform, transform_question
 
 # %% auto #0
-__all__ = ['THINKS', 'FACTS', 'LATER_RECIPE_FIELDS', 'CUE_NAMES', 'FACT_WORDS', 'NUMBER_WORDS', 'MARKER_CHANNELS',
-           'PERCEPTION_CHANNELS', 'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE', 'LOG_FILE', 'recipe_tasks',
-           'BaseRecipe', 'vision_window', 'base_config', 'base_processor', 'cue_values', 'cue_edges', 'think_text',
-           'fact_text', 'claim_text', 'match_text', 'number_text', 'target_completion', 'pretraining_world',
-           'pretraining_examples', 'reword', 'perception_targets', 'perception_loss', 'image_variants', 'fact_question',
-           'pretraining_batch', 'logic_batch', 'pretrain']
+__all__ = ['THINKS', 'FACTS', 'OBJECT_DIGITS', 'LATER_RECIPE_FIELDS', 'CUE_NAMES', 'FACT_WORDS', 'TASK_OBJECT_DIGITS',
+           'NUMBER_WORDS', 'MARKER_CHANNELS', 'PERCEPTION_CHANNELS', 'IMAGE_VARIANTS', 'RECIPE_FILE', 'EDGES_FILE',
+           'LOG_FILE', 'recipe_tasks', 'BaseRecipe', 'vision_window', 'base_config', 'base_processor', 'cue_values',
+           'cue_edges', 'think_text', 'fact_text', 'object_digit', 'claim_text', 'match_text', 'number_text',
+           'target_completion', 'pretraining_world', 'pretraining_examples', 'reword', 'perception_targets',
+           'perception_loss', 'image_variants', 'fact_question', 'pretraining_batch', 'logic_batch', 'pretrain']
 
 # %% ../../nbs/37_pretraining.ipynb #e03874f6
 def _f(default, help: str):
@@ -37,7 +37,8 @@ def _f(default, help: str):
 # %% ../../nbs/37_pretraining.ipynb #c04fcf96
 THINKS = ("match", "claim", "facts", "cues", "none")   # what the <think> of a pretraining target states
 FACTS = ("seen", "random")   # whether the targets follow the image, or a coin (the no-ability control)
-LATER_RECIPE_FIELDS = {"facts": "seen", "tasks": list(BOOLEAN_TASKS)}   # added after bases were built: left out of
+OBJECT_DIGITS = ("shared", "per_task")   # how a think's claims name the listed objects
+LATER_RECIPE_FIELDS = {"facts": "seen", "tasks": list(BOOLEAN_TASKS), "object_digits": "shared"}   # added after bases were built: left out of
 # to_dict at these values, so the shipped bases keep their recipes and keys
 
 def recipe_tasks(tasks) -> tuple[str, ...]:
@@ -75,14 +76,18 @@ class BaseRecipe:
                     "so the model learns the format and the wording's logic but not to see (the no-ability control)")
     tasks: tuple = _f(BOOLEAN_TASKS, "tasks whose questions pretrain the base: the four boolean ones (the shipped bases), "
                       "and 'counting' and 'absolute_distance', whose think states the number (' count 3', ' meters 1.4')")
+    object_digits: str = _f("shared", "how the think's claims name the listed objects: 'shared', by their numbers (every "
+                            "task's claim is the same digit tokens, which RL on one task rewires for all: issue 26); "
+                            "'per_task', by digits of each task's own (orientation 1 / 2, depth 3 / 4, size 5 / 6, "
+                            "relative distance 7 / 8); needs a longer logic stage (1500 steps) to learn the mapping")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
         for f in fields(self):
             value, kind = getattr(self, f.name), type(f.default)
             may_be_zero = "seed" in f.name or f.name in ("perception_weight", "perception_steps", "logic_steps")
             if f.name == "tasks": object.__setattr__(self, "tasks", recipe_tasks(value))
-            elif f.name in ("think", "facts"):
-                valid = THINKS if f.name == "think" else FACTS
+            elif f.name in ("think", "facts", "object_digits"):
+                valid = {"think": THINKS, "facts": FACTS, "object_digits": OBJECT_DIGITS}[f.name]
                 check_choice(f"BaseRecipe.{f.name}", value, valid)
             elif (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)
                   or (value < 0 if may_be_zero else value <= 0)):
@@ -182,20 +187,31 @@ def fact_text(scene, question: Question) -> str:
     canonical = replace(question, relation=0, order=(first, second))
     return f"object {first if ground_truth(scene, canonical) else second} {FACT_WORDS[question.task]}"
 
+# %% ../../nbs/37_pretraining.ipynb #d0ce9ad8
+TASK_OBJECT_DIGITS = {"orientation": {1: "1", 2: "2"}, "depth": {1: "3", 2: "4"}, "size": {1: "5", 2: "6"},
+                      "relative_distance": {2: "7", 3: "8"}}   # 'per_task': no two tasks share a claim token
+
+def object_digit(task: str, k: int, naming: str = "shared") -> str:
+    "How a think's claim names listed object `k` of `task`: its number ('shared') or the task's own digit ('per_task')."
+    check_choice("object_digits", naming, OBJECT_DIGITS)
+    return str(k) if naming == "shared" else TASK_OBJECT_DIGITS[task][k]
+
 # %% ../../nbs/37_pretraining.ipynb #421f76ad
-def claim_text(scene, question: Question) -> str:
+def claim_text(scene, question: Question, naming: str = "shared") -> str:
     "Who is closer / left / bigger (perceived), then whom the question claims is: 'closer 2; closer 1'. Answer: equal digits."
-    word, winner = FACT_WORDS[question.task], fact_text(scene, question).split()[1]
+    word, winner = FACT_WORDS[question.task], int(fact_text(scene, question).split()[1])
     claimed = question.order[0] if question.relation == 0 else question.order[1]
-    return f"{word} {winner}; {word} {claimed}"
+    name = lambda k: object_digit(question.task, k, naming)
+    return f"{word} {name(winner)}; {word} {name(claimed)}"
 
 # %% ../../nbs/37_pretraining.ipynb #77962c02
-def match_text(scene, question: Question) -> str:
+def match_text(scene, question: Question, naming: str = "shared") -> str:
     "Who is seen to win, the question's subject and relation, whom it claims wins and whether that is the one seen."
-    word, winner = FACT_WORDS[question.task], fact_text(scene, question).split()[1]
+    word, winner = FACT_WORDS[question.task], int(fact_text(scene, question).split()[1])
     relation = RELATION_PHRASES[question.task][question.relation].split()[0]
     claimed = question.order[0] if question.relation == 0 else question.order[1]
-    return f" {word} {winner}; {question.order[0]} {relation}; {word} {claimed}{str(claimed) == winner}"
+    name = lambda k: object_digit(question.task, k, naming)   # the subject's number stays the question's: a copy
+    return f" {word} {name(winner)}; {question.order[0]} {relation}; {word} {name(claimed)}{claimed == winner}"
 
 # %% ../../nbs/37_pretraining.ipynb #ec423a34
 NUMBER_WORDS = {"counting": "count", "absolute_distance": "meters"}
@@ -206,13 +222,13 @@ def number_text(scene, question: Question) -> str:
     return f" {NUMBER_WORDS[question.task]} {ground_truth(scene, question)}"
 
 # %% ../../nbs/37_pretraining.ipynb #be262d60
-def target_completion(scene, question: Question, edges: dict, think: str = "cues") -> str:
+def target_completion(scene, question: Question, edges: dict, think: str = "cues", naming: str = "shared") -> str:
     "The supervised completion: the think (claim, canonical fact, cue digits, the number or empty) and the ground truth (Section 4.4)."
     check_choice("think", think, THINKS)
     if question.task in NUMERIC_TASKS: reasoning = "" if think == "none" else number_text(scene, question)
     else: reasoning = {"cues": lambda: think_text(scene, question, edges), "facts": lambda: fact_text(scene, question),
-                       "claim": lambda: claim_text(scene, question),
-                       "match": lambda: match_text(scene, question), "none": lambda: ""}[think]()
+                       "claim": lambda: claim_text(scene, question, naming),
+                       "match": lambda: match_text(scene, question, naming), "none": lambda: ""}[think]()
     return f"<think>{reasoning}</think><answer>{ground_truth(scene, question)}</answer>"
 
 # %% ../../nbs/37_pretraining.ipynb #e5c4c7f6
@@ -310,7 +326,8 @@ def fact_question(rng: np.random.Generator, question: Question, facts: str = "se
     return transform_question(question, Transform(marker_swap=True))   # the same words; the other object wins
 
 # %% ../../nbs/37_pretraining.ipynb #a866dc53
-def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen") -> dict:
+def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen",
+                      naming: str = "shared") -> dict:
     "Model inputs and labels (-100 on the prompt and padding) of `items` with freshly drawn wordings."
     prompts, completions = [], []
     for scene, question, _, grid, *_ in items:
@@ -318,18 +335,19 @@ def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, t
         prompt = processor.apply_chat_template(prompt_messages(prompt_text(scene, question)), tokenize=False,
                                                add_generation_prompt=True)
         prompts.append(prompt.replace(processor.image_token, processor.image_token * (int(grid.prod()) // 4)))
-        completions.append(target_completion(scene, fact_question(rng, question, facts), edges, think))
+        completions.append(target_completion(scene, fact_question(rng, question, facts), edges, think, naming))
     return _supervised(processor.tokenizer, prompts, completions) | dict(
         pixel_values=torch.cat([it[2] for it in items]), image_grid_thw=torch.cat([it[3] for it in items]))
 
 # %% ../../nbs/37_pretraining.ipynb #cd019fad
-def logic_batch(items, tokenizer, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen") -> dict:
+def logic_batch(items, tokenizer, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen",
+                naming: str = "shared") -> dict:
     "Text-only inputs of `items`: the user's question alone (no image, no system prompt), then the target."
     prompts, completions = [], []
     for scene, question, *_ in items:
         question = reword(rng, question)
         prompts.append(f"<|im_start|>user\n{prompt_text(scene, question)}<|im_end|>\n<|im_start|>assistant\n")
-        completions.append(target_completion(scene, fact_question(rng, question, facts), edges, think))
+        completions.append(target_completion(scene, fact_question(rng, question, facts), edges, think, naming))
     return _supervised(tokenizer, prompts, completions)
 
 # %% ../../nbs/37_pretraining.ipynb #202b2ff4
@@ -365,7 +383,7 @@ def _logic_stage(model, items, recipe: BaseRecipe, tokenizer, edges, rng, log: l
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup))
     for step in (bar := tqdm(range(recipe.logic_steps), desc="logic", disable=not progress)):
         chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
-        loss = model(**logic_batch(chosen, tokenizer, rng, edges, recipe.think, recipe.facts)).loss
+        loss = model(**logic_batch(chosen, tokenizer, rng, edges, recipe.think, recipe.facts, recipe.object_digits)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step(); schedule.step(); optimizer.zero_grad()
@@ -398,7 +416,8 @@ def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(recipe.steps, recipe.warmup))
         for step in (bar := tqdm(range(recipe.steps), desc="pretraining", disable=not progress)):
             chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
-            answer_loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think, recipe.facts)).loss
+            answer_loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think, recipe.facts,
+                                                        recipe.object_digits)).loss
             target, mask = (torch.from_numpy(np.concatenate([it[4][k] for it in chosen])) for k in (0, 1))
             seeing_loss = perception_loss(head(seen["tokens"]), target, mask)
             (answer_loss + recipe.perception_weight * seeing_loss).backward()
