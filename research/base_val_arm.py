@@ -35,10 +35,14 @@ t1 = time.time()
 out, recs = evaluate(str(folder), adapter=adapter, data_root=val_world, tasks=eval_tasks, sources=("SUNRGBD",),
                      max_examples=200, batch_size=64, max_new_tokens=24, progress=False, return_records=True)
 write_json(Path("scratch/sweep_runs") / name / "eval" / "val.json", jsonable(out | dict(run=name, data_root=str(val_world), examples=recs)))
+from consistency_amp.training.pretraining import object_digit   # the base's own naming of the second listed object
+naming = json.loads((folder / "recipe.json").read_text()).get("object_digits", "shared") if (folder / "recipe.json").is_file() else "shared"
+naming = "per_task" if (folder / "NOTE.txt").is_file() else naming   # task_tokens_probe.py's bases say 'match' in recipe.json
 claims = {}
 for r in recs:
-    if m := re.search(r"<think>\s*\w+ (\d)", r.get("completion") or ""):
-        claims.setdefault(r["task"], []).append(m.group(1) == ("3" if r["task"] == "relative_distance" else "2"))
+    if r["task"] in BOOLEAN_TASKS and (m := re.search(r"<think>\s*\w+ (\d)", r.get("completion") or "")):
+        second = object_digit(r["task"], 3 if r["task"] == "relative_distance" else 2, naming)
+        claims.setdefault(r["task"], []).append(m.group(1) == second)
 print(json.dumps(dict(name=name, base=folder.name, over=over, train_s=round(t1 - t0), eval_s=round(time.time() - t1),
                       per_task={r["task"]: round(r["accuracy"], 3) for r in out["results"]},
                       format=[round(r["format_rate"], 3) for r in out["results"]],
