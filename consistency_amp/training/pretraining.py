@@ -34,7 +34,7 @@ def _f(default, help: str):
     return field(default_factory=lambda: default, metadata={"help": help}) if isinstance(default, (list, dict, tuple)) \
         else field(default=default, metadata={"help": help})
 
-# %% ../../nbs/37_pretraining.ipynb #c04fcf96
+# %% ../../nbs/37_pretraining.ipynb #8a637029
 THINKS = ("match", "claim", "facts", "cues", "none")   # what the <think> of a pretraining target states
 FACTS = ("seen", "random")   # whether the targets follow the image, or a coin (the no-ability control)
 OBJECT_DIGITS = ("shared", "per_task")   # how a think's claims name the listed objects
@@ -48,6 +48,7 @@ def recipe_tasks(tasks) -> tuple[str, ...]:
     if not tasks or len(set(tasks)) < len(tasks): raise ValueError(f"BaseRecipe.tasks must list tasks, each once; got {tasks!r}")
     return tasks
 
+# %% ../../nbs/37_pretraining.ipynb #c04fcf96
 @dataclass(frozen=True)
 class BaseRecipe:
     "How to pretrain one tiny spatial base: world, model size, image resolution, optimisation and the think format."
