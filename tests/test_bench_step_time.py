@@ -119,6 +119,9 @@ def test_arms_and_their_settings(bench):
     assert bench.arm_settings("random") == ("random", True, True)
     assert bench.arm_settings("random:no-image-cache") == ("random", False, True)
     assert bench.arm_settings("minimal:lora-dropout-0") == ("minimal", True, False)
+    assert bench.arms(["minimal"], "on", False, True) == ["minimal", "minimal:merged-generation"]
+    assert bench.arm_settings("minimal:merged-generation") == ("minimal", True, True)
+    assert bench.arm_merged("minimal:merged-generation") and not bench.arm_merged("minimal:lora-dropout-0")
     from consistency_amp.training.models import load_model
     model, _ = load_model()
     bench.set_lora_dropout(model, 0.0)

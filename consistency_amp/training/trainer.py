@@ -9,12 +9,14 @@ import copy
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset as HFDataset
+from peft.tuners.lora import LoraLayer
 from torch.utils.data import Dataset, Sampler
 from trl import GRPOConfig, GRPOTrainer
 
@@ -32,7 +34,8 @@ from ..reward.verifiers import (
 # %% auto #0
 __all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'label_flipped',
            'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
-           'consistency_reward_placeholder', 'paired_prompts', 'log_answer_metrics', 'OTGRPOTrainer']
+           'consistency_reward_placeholder', 'paired_prompts', 'log_answer_metrics', 'merged_lora_weights',
+           'OTGRPOTrainer']
 
 # %% ../../nbs/26_trainer.ipynb #3f58e82b
 def _param(default, help: str, **kwargs):
@@ -68,10 +71,20 @@ class OTGRPOConfig(GRPOConfig):
                                         "features in every forward of the step (the K completions of a prompt share "
                                         "its image; the vision tower is frozen). Exact: the same log-probabilities "
                                         "(nbs/25_image_features). False: the model encodes every row's image.")
+    merge_lora_for_generation: bool = _param(False, "Sample from the weights with the LoRA merged in (W + (alpha/r) B A, "
+                                             "rounded once to the base's dtype, in a copy: the base weights are left as "
+                                             "they were), as TRL's vLLM path samples: one matmul per adapted projection "
+                                             "at each decoded token instead of the LoRA layer's six kernels. Not exact: "
+                                             "no LoRA dropout while sampling, and merged rounding (nbs/26_trainer). "
+                                             "Holds a copy of the adapted weights while generating. transformers' "
+                                             "generate only (vLLM already merges).")
 
     def __post_init__(self):
         settle_paired_config(self)
         super().__post_init__()
+        if self.merge_lora_for_generation and self.use_vllm:
+            raise ValueError("merge_lora_for_generation applies to transformers' generate; with use_vllm=True the vLLM "
+                             "engine already samples from merged weights: leave it False")
         if self.generation_batch_size % (2 * self.num_generations):
             raise ValueError(f"the generation batch ({self.generation_batch_size} completions) must hold whole prompt "
                              f"pairs: a multiple of 2 * num_generations = {2 * self.num_generations}")
@@ -270,6 +283,28 @@ def log_answer_metrics(metrics, scores, texts, answer_type, K: int) -> None:
     for name, value in answer_monitor(texts, answer_type, K).items(): metrics[name].append(value)
     if labelled := [c for c in correct if c is not None]: metrics["answers/accuracy"].append(float(np.mean(labelled)))
 
+# %% ../../nbs/26_trainer.ipynb #7982f4f4
+@contextmanager
+def merged_lora_weights(model):
+    "Within the block, each LoRA layer of the peft `model` runs on a merged copy of its base weight, adapters bypassed; on leaving, the original base tensors, bitwise."
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    if not layers or not hasattr(model, "disable_adapter"):
+        raise ValueError(f"merged_lora_weights needs a peft model with LoRA layers; got a {type(model).__name__} with "
+                         f"{len(layers)} LoRA layers")
+    if any(layer.merged for layer in layers):
+        raise ValueError("the model's LoRA is already merged into its weights (peft's merge_adapter): nothing to merge")
+    originals = []
+    try:
+        with torch.no_grad():
+            for layer in layers:
+                base = layer.get_base_layer()
+                delta = sum(layer.get_delta_weight(a).float() for a in layer.active_adapters if a in layer.lora_A)
+                originals.append((base, base.weight.data))
+                base.weight.data = (base.weight.data.float() + delta).to(base.weight.dtype)
+        with model.disable_adapter(): yield model
+    finally:
+        for base, weight in originals: base.weight.data = weight
+
 # %% ../../nbs/26_trainer.ipynb #966b8c7b
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
@@ -292,6 +327,15 @@ class OTGRPOTrainer(GRPOTrainer):
         # one slot per prompt of a generation batch, twice over: the current batch's images are never evicted
         self.image_cache = install_image_cache(self.model, 2 * args.generation_batch_size // args.num_generations) \
             if args.cache_image_features else None
+        if args.merge_lora_for_generation and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
+            raise ValueError("merge_lora_for_generation replaces whole weight tensors while sampling; DeepSpeed and "
+                             "FSDP shard them: leave it False there")
+
+    def _generate_single_turn(self, *args, **kwargs):
+        "TRL's generation; with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`)."
+        if not self.args.merge_lora_for_generation: return super()._generate_single_turn(*args, **kwargs)
+        with merged_lora_weights(self.accelerator.unwrap_model(self.model)):
+            return super()._generate_single_turn(*args, **kwargs)
 
     def _get_train_sampler(self, dataset=None) -> Sampler:
         dataset = self.train_dataset if dataset is None else dataset
