@@ -1,9 +1,11 @@
 """Sampling from merged LoRA weights (`OTGRPOConfig.merge_lora_for_generation`) on a GPU in bf16 (issue 23): the
 next-token log-probabilities of prompt rows with the model's LoRA layers and with the adapter merged into a copy of
-the weights (`merged_lora_weights`), against bf16's own spread (the LoRA forward of the same rows in reverse batch
-order) and the adapter's effect (the base model). Random weights of the released architecture with a random adapter
-(`lora_B` ~ N(0, --b-std); peft makes it zero), eval mode (no dropout). On a machine without CUDA it runs in float32
-on the CPU (`--arch tiny` for a quick check). Results: benchmarks/README.md."""
+the weights (`merged_lora_weights`); for scale, the adapter's effect (the base model) and, in bf16, both paths against
+the same model and adapter in float32 (the reference: each bf16 path's own rounding error). The LoRA forward of the
+same rows in reverse batch order is printed too (0 on the H200: the kernels do not depend on the order). Random
+weights of the released architecture with a random adapter (`lora_B` ~ N(0, --b-std); peft makes it zero), eval mode
+(no dropout). On a machine without CUDA it runs in float32 on the CPU (`--arch tiny` for a quick check). Results:
+benchmarks/README.md."""
 import argparse, sys
 from pathlib import Path
 import numpy as np
@@ -50,5 +52,8 @@ def diff(a, c):
 name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
 print(f"{args.arch}, {len(rows)} rows, last 4 positions, {dtype} on {name}; lora_B ~ N(0, {args.b_std})")
 print(f"|log p| merged vs LoRA layers: {diff(merged, lora)}")
-print(f"|log p| LoRA layers vs the same in reverse batch order (bf16's spread): {diff(lora_reversed, lora)}")
+print(f"|log p| LoRA layers vs the same rows in reverse batch order: {diff(lora_reversed, lora)}")
 print(f"|log p| base model vs LoRA layers (the adapter's effect): {diff(base, lora)}")
+if dtype != torch.float32:   # the reference: the same model and adapter in float32, LoRA layers (merging is exact there)
+    model.float(); exact = logps(forward)
+    print(f"|log p| against float32: merged {diff(merged, exact)}; LoRA layers {diff(lora, exact)}")

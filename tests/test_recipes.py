@@ -39,8 +39,10 @@ def test_paper_recipes_hold_the_papers_settings(name):
     assert recipe["steps"] == (PAPER_SETTINGS["steps"] if name in ("paper", "paper_vllm") else PAPER_JOINT_STEPS)
     if name == "paper_label_noise": assert recipe["reward"] == "accuracy" and recipe["label_noise"] in NOISE_LEVELS
     if name == "paper_vllm":   # paper.yaml plus TRL's vLLM generation, nothing else
-        assert {k: v for k, v in recipe.items() if not k.startswith(("use_vllm", "vllm_"))} == load("paper")
+        paper = {k: v for k, v in load("paper").items() if k != "merge_lora_for_generation"}   # vLLM merges itself
+        assert {k: v for k, v in recipe.items() if not k.startswith(("use_vllm", "vllm_"))} == paper
         assert recipe["use_vllm"] is True and recipe["vllm_mode"] == "colocate"
+    else: assert recipe["merge_lora_for_generation"] is True   # the fast sampling path on a GPU (benchmarks/README.md)
 
 
 def test_mini_recipe_is_the_registrys_mini_scale():
