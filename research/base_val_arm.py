@@ -35,7 +35,7 @@ t1 = time.time()
 out, recs = evaluate(str(folder), adapter=adapter, data_root=val_world, tasks=eval_tasks, sources=("SUNRGBD",),
                      max_examples=200, batch_size=64, max_new_tokens=24, progress=False, return_records=True)
 write_json(Path("scratch/sweep_runs") / name / "eval" / "val.json", jsonable(out | dict(run=name, data_root=str(val_world), examples=recs)))
-from consistency_amp.training.pretraining import object_digit   # the base's own naming of the second listed object
+from consistency_amp.training.think_targets import object_digit   # the base's own naming of the second listed object
 naming = json.loads((folder / "recipe.json").read_text()).get("object_digits", "shared") if (folder / "recipe.json").is_file() else "shared"
 naming = "per_task" if (folder / "NOTE.txt").is_file() else naming   # task_tokens_probe.py's bases say 'match' in recipe.json
 claims = {}

@@ -5,7 +5,9 @@ python research/logic4.py STEPS LR THINK  (env AW: answer-token loss weight, INI
 import sys, time, json, numpy as np, torch
 from dataclasses import replace
 from consistency_amp.training.pretraining import *
-from consistency_amp.training.pretraining import FACT_WORDS, fact_text, reword
+from consistency_amp.training.think_targets import *
+from consistency_amp.training.pretraining import reword
+from consistency_amp.training.think_targets import FACT_WORDS, fact_text
 from consistency_amp.world.prompts import prompt_text
 from consistency_amp.world.tasks import ground_truth, RELATION_PHRASES
 from consistency_amp.training.tiny_models import train_tiny_tokenizer

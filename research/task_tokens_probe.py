@@ -27,7 +27,7 @@ OBJECT_TOKENS = {"orientation": {1: "1", 2: "2"}, "depth": {1: "3", 2: "4"}, "si
 
 def task_match_text(scene, question):
     "`match_text` with the task's own object digits in the two claim slots (who is seen to win, whom the question claims)."
-    from consistency_amp.training.pretraining import FACT_WORDS, fact_text
+    from consistency_amp.training.think_targets import FACT_WORDS, fact_text
     from consistency_amp.world.tasks import RELATION_PHRASES
     word, winner = FACT_WORDS[question.task], int(fact_text(scene, question).split()[1])
     relation = RELATION_PHRASES[question.task][question.relation].split()[0]
@@ -52,8 +52,9 @@ def first_claims(records) -> dict:
 step = sys.argv[1]
 if step == "build":
     import consistency_amp.training.pretraining as pretraining
+    import consistency_amp.training.think_targets as think_targets
     from consistency_amp.training.spatial_bases import SPATIAL_BASES
-    if not SHARED: pretraining.match_text = task_match_text   # target_completion looks it up at call time
+    if not SHARED: think_targets.match_text = task_match_text   # target_completion looks it up at call time
     t0 = time.time()
     from dataclasses import replace
     recipe = replace(SPATIAL_BASES["spatial-base-large"], logic_steps=LOGIC, steps=FULL)
