@@ -34,7 +34,7 @@ def _f(default, help: str):
 
 # %% ../../nbs/38_pretraining.ipynb #8a637029
 FACTS = ("seen", "random")   # whether the targets follow the image, or a coin (the no-ability control)
-LATER_RECIPE_FIELDS = {"facts": "seen", "tasks": list(BOOLEAN_TASKS), "object_digits": "shared"}   # added after bases were built: left out of
+LATER_RECIPE_FIELDS = {"facts": "seen", "tasks": list(BOOLEAN_TASKS), "object_digits": "shared", "fact_noise": 0.0}   # added after bases were built: left out of
 # to_dict at these values, so the shipped bases keep their recipes and keys
 
 def recipe_tasks(tasks) -> tuple[str, ...]:
@@ -77,11 +77,14 @@ class BaseRecipe:
                             "task's claim is the same digit tokens, which RL on one task rewires for all: issue 26); "
                             "'per_task', by digits of each task's own (orientation 1 / 2, depth 3 / 4, size 5 / 6, "
                             "relative distance 7 / 8); needs a longer logic stage (1500 steps) to learn the mapping")
+    fact_noise: float = _f(0.0, "share of the boolean targets written for the question with its compared objects swapped "
+                           "(the other object wins; below 0.5): where the base is sure it then samples the other claim "
+                           "that often, so RL's groups keep both answers (issue 26: bases without it sample one)")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
         for f in fields(self):
             value, kind = getattr(self, f.name), type(f.default)
-            may_be_zero = "seed" in f.name or f.name in ("perception_weight", "perception_steps", "logic_steps")
+            may_be_zero = "seed" in f.name or f.name in ("perception_weight", "perception_steps", "logic_steps", "fact_noise")
             if f.name == "tasks": object.__setattr__(self, "tasks", recipe_tasks(value))
             elif f.name in ("think", "facts", "object_digits"):
                 valid = {"think": THINKS, "facts": FACTS, "object_digits": OBJECT_DIGITS}[f.name]
@@ -93,6 +96,9 @@ class BaseRecipe:
         if self.facts == "random" and (self.perception_steps or self.perception_weight):
             raise ValueError("BaseRecipe.facts='random' needs perception_steps=0 and perception_weight=0: the perception "
                              "loss teaches the vision tower to see")
+        if self.fact_noise >= 0.5 or (self.fact_noise and self.facts == "random"):
+            raise ValueError(f"BaseRecipe.fact_noise must be below 0.5 (0.5 is facts='random'), and 0 with facts='random'; "
+                             f"got {self.fact_noise!r} with facts={self.facts!r}")
         if self.facts == "random" and set(self.tasks) - set(BOOLEAN_TASKS):
             raise ValueError(f"BaseRecipe.facts='random' swaps the compared objects of boolean questions; tasks "
                              f"{[t for t in self.tasks if t not in BOOLEAN_TASKS]} have none")
@@ -226,17 +232,21 @@ def _supervised(tokenizer, prompts: list[str], completions: list[str]) -> dict:
     for i, n in enumerate(prompt_lengths): labels[i, :n] = -100
     return dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=labels)
 
-def fact_question(rng: np.random.Generator, question: Question, facts: str = "seen") -> Question:
-    "The question a target is written for: `question`, or (facts 'random') on a coin the one with its compared objects swapped."
+def fact_question(rng: np.random.Generator, question: Question, facts: str = "seen", noise: float = 0.0) -> Question:
+    "The question a target is written for: `question`, or the one with its compared objects swapped (the other object "
+    "wins): on a coin (facts 'random'), or with probability `noise` (boolean tasks; numeric ones are left as they are)."
     check_choice("facts", facts, FACTS)
-    if facts == "seen": return question   # draws nothing: the shipped builds are unchanged
-    if question.task not in BOOLEAN_TASKS: raise ValueError(f"fact_question: facts='random' swaps compared objects; {question.task} has none")
-    if rng.random() < 0.5: return question
+    if facts == "seen" and not noise: return question   # draws nothing: the shipped builds are unchanged
+    if question.task not in BOOLEAN_TASKS:
+        if facts == "seen": return question             # a count or a distance has no compared objects to swap
+        raise ValueError(f"fact_question: facts='random' swaps compared objects; {question.task} has none")
+    draw = rng.random()
+    if (draw < 0.5) if facts == "random" else (draw >= noise): return question   # 'random' keeps its builds' draws
     return transform_question(question, Transform(marker_swap=True))   # the same words; the other object wins
 
 # %% ../../nbs/38_pretraining.ipynb #a866dc53
 def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen",
-                      naming: str = "shared") -> dict:
+                      naming: str = "shared", fact_noise: float = 0.0) -> dict:
     "Model inputs and labels (-100 on the prompt and padding) of `items` with freshly drawn wordings."
     prompts, completions = [], []
     for scene, question, _, grid, *_ in items:
@@ -244,19 +254,19 @@ def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, t
         prompt = processor.apply_chat_template(prompt_messages(prompt_text(scene, question)), tokenize=False,
                                                add_generation_prompt=True)
         prompts.append(prompt.replace(processor.image_token, processor.image_token * (int(grid.prod()) // 4)))
-        completions.append(target_completion(scene, fact_question(rng, question, facts), edges, think, naming))
+        completions.append(target_completion(scene, fact_question(rng, question, facts, fact_noise), edges, think, naming))
     return _supervised(processor.tokenizer, prompts, completions) | dict(
         pixel_values=torch.cat([it[2] for it in items]), image_grid_thw=torch.cat([it[3] for it in items]))
 
 # %% ../../nbs/38_pretraining.ipynb #cd019fad
 def logic_batch(items, tokenizer, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen",
-                naming: str = "shared") -> dict:
+                naming: str = "shared", fact_noise: float = 0.0) -> dict:
     "Text-only inputs of `items`: the user's question alone (no image, no system prompt), then the target."
     prompts, completions = [], []
     for scene, question, *_ in items:
         question = reword(rng, question)
         prompts.append(f"<|im_start|>user\n{prompt_text(scene, question)}<|im_end|>\n<|im_start|>assistant\n")
-        completions.append(target_completion(scene, fact_question(rng, question, facts), edges, think, naming))
+        completions.append(target_completion(scene, fact_question(rng, question, facts, fact_noise), edges, think, naming))
     return _supervised(tokenizer, prompts, completions)
 
 # %% ../../nbs/38_pretraining.ipynb #202b2ff4
@@ -292,7 +302,8 @@ def _logic_stage(model, items, recipe: BaseRecipe, tokenizer, edges, rng, log: l
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup))
     for step in (bar := tqdm(range(recipe.logic_steps), desc="logic", disable=not progress)):
         chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
-        loss = model(**logic_batch(chosen, tokenizer, rng, edges, recipe.think, recipe.facts, recipe.object_digits)).loss
+        loss = model(**logic_batch(chosen, tokenizer, rng, edges, recipe.think, recipe.facts, recipe.object_digits,
+                                   recipe.fact_noise)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step(); schedule.step(); optimizer.zero_grad()
@@ -326,7 +337,7 @@ def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
         for step in (bar := tqdm(range(recipe.steps), desc="pretraining", disable=not progress)):
             chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
             answer_loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think, recipe.facts,
-                                                        recipe.object_digits)).loss
+                                                        recipe.object_digits, recipe.fact_noise)).loss
             target, mask = (torch.from_numpy(np.concatenate([it[4][k] for it in chosen])) for k in (0, 1))
             seeing_loss = perception_loss(head(seen["tokens"]), target, mask)
             (answer_loss + recipe.perception_weight * seeing_loss).backward()
