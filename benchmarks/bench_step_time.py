@@ -115,14 +115,18 @@ def generation_args(use_vllm, completion_length: int) -> dict:
 NO_CACHE = ":no-image-cache"   # suffix of an arm that runs its pairing with the image-feature cache disabled
 NO_DROPOUT = ":lora-dropout-0"  # suffix of an arm that runs its pairing with every LoRA dropout set to p = 0
 MERGED = ":merged-generation"   # suffix of an arm that samples from the merged LoRA weights (merge_lora_for_generation)
+COMPILED = ":compiled-generation"   # suffix of an arm whose decoding transformers compiles (compile_generation)
 
 
-def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False) -> list[str]:
+def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False,
+         compiled_arm: bool = False) -> list[str]:
     """The timed arms: each pairing (with the image cache unless `image_cache` is 'off'), without the cache for
-    'both', with LoRA dropout 0 if `dropout_arm`, and sampling from merged weights if `merged_arm`."""
+    'both', with LoRA dropout 0 if `dropout_arm`, sampling from merged weights if `merged_arm`, and with compiled
+    decoding if `compiled_arm`."""
     return (list(pairings) + ([p + NO_CACHE for p in pairings] if image_cache == "both" else [])
             + ([p + NO_DROPOUT for p in pairings] if dropout_arm else [])
-            + ([p + MERGED for p in pairings] if merged_arm else []))
+            + ([p + MERGED for p in pairings] if merged_arm else [])
+            + ([p + COMPILED for p in pairings] if compiled_arm else []))
 
 
 def arm_settings(arm: str) -> tuple[str, bool, bool]:
@@ -133,6 +137,11 @@ def arm_settings(arm: str) -> tuple[str, bool, bool]:
 def arm_merged(arm: str) -> bool:
     "Does the arm sample from the merged LoRA weights?"
     return arm.endswith(MERGED)
+
+
+def arm_compiled(arm: str) -> bool:
+    "Does the arm decode with transformers' compiled step on a static cache?"
+    return arm.endswith(COMPILED)
 
 
 def set_lora_dropout(model, p: float) -> None:
@@ -233,6 +242,7 @@ def timed_trainer_class():
             self.trainer, self.schedule, self.sections, self.records, self.last = trainer, schedule, sections, [], None
             self.dropout = None   # the model's LoRA dropout, when an arm switches it off (set by run)
             self.merged_arm = False   # whether arms switch merge_lora_for_generation (set by run)
+            self.compiled_arm = False   # whether arms switch compiled decoding on a static cache (set by run)
 
         def on_train_begin(self, args, state, control, **kw):
             self.sections.sync(); self.last = time.perf_counter(); self.sections.take()
@@ -243,6 +253,10 @@ def timed_trainer_class():
             if getattr(self.trainer, "image_cache", None) is not None: self.trainer.image_cache.enabled = cache_on
             if self.dropout is not None: set_lora_dropout(self.trainer.model, self.dropout if dropout_on else 0.0)
             if self.merged_arm: args.merge_lora_for_generation = arm_merged(self.arm)
+            if self.compiled_arm:   # what OTGRPOConfig.compile_generation sets, switched per step
+                generation = self.trainer.generation_config
+                generation.disable_compile, generation.cache_implementation = ((False, "static") if arm_compiled(self.arm)
+                                                                               else (True, args.cache_implementation))
 
         def on_step_end(self, args, state, control, **kw):
             self.sections.sync(); now = time.perf_counter()
@@ -250,7 +264,9 @@ def timed_trainer_class():
             self.records.append(dict(step=state.global_step, arm=self.arm, pairing=args.pairing,
                                      image_cache=cache is not None and cache.enabled,
                                      lora_dropout=arm_settings(self.arm)[2],
-                                     merged_generation=bool(args.merge_lora_for_generation), seconds=now - self.last,
+                                     merged_generation=bool(args.merge_lora_for_generation),
+                                     compiled_generation=not self.trainer.generation_config.disable_compile,
+                                     seconds=now - self.last,
                                      sections=self.sections.take()))
             if state.is_world_process_zero:  # progress: a long GPU step shows up as it ends, with its breakdown, so
                 b = breakdown(self.records[-1])   # that a run cut off by a time limit still gives its figures
@@ -383,6 +399,10 @@ def parse_args(argv=None):
                     help="for each pairing also an arm that samples from the merged LoRA weights "
                          "(OTGRPOConfig.merge_lora_for_generation), interleaved (ABBA): what peft's LoRA layers cost "
                          "in decoding (not exact: no dropout while sampling, merged rounding)")
+    ap.add_argument("--compiled-generation-arm", action="store_true",
+                    help="for each pairing also an arm whose decoding transformers compiles on a static KV cache "
+                         "(OTGRPOConfig.compile_generation; CUDA graphs on a GPU, nothing compiled on the CPU), "
+                         "interleaved (ABBA); its first step compiles: use --warmup 2 or more")
     ap.add_argument("--use-vllm", default=None, choices=("colocate", "server"),
                     help="generate with TRL's vLLM path (GPU only): 'colocate' (an engine beside the trainer, 35%% of "
                          "the GPU) or 'server' (a `trl vllm-serve` you started); default: transformers' generate")
@@ -429,7 +449,9 @@ def run(args) -> dict:
         processor.image_processor.size = dict(RELEASED_PIXELS, **({"longest_edge": args.max_pixels}
                                                                    if args.max_pixels is not None else {}))
     skipped = args.warmup + int(args.profile)   # warm-up steps, then the profiled step: none of them is timed
-    schedule = pairing_schedule(arms(args.pairings, args.image_cache, args.lora_dropout_arm, args.merged_generation_arm), skipped, args.steps)
+    timed_arms = arms(args.pairings, args.image_cache, args.lora_dropout_arm, args.merged_generation_arm,
+                      args.compiled_generation_arm)
+    schedule = pairing_schedule(timed_arms, skipped, args.steps)
     gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
     params = TrainParams(task=args.task, source=args.source, pairing=arm_settings(schedule[0])[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
                          steps=len(schedule), num_generations=args.K, pairs_per_device=args.pairs_per_device,
@@ -471,6 +493,7 @@ def run(args) -> dict:
         clock = StepClock(trainer, schedule, sections)
         trainer.add_callback(clock)
         clock.merged_arm = args.merged_generation_arm
+        clock.compiled_arm = args.compiled_generation_arm
         if args.lora_dropout_arm:
             clock.dropout = next(m.p for n, m in model.named_modules()
                                  if isinstance(m, torch.nn.Dropout) and ".lora_dropout." in f".{n}.")
@@ -485,7 +508,7 @@ def run(args) -> dict:
             f"{args.pairs_per_device} pairs x 2 prompts x K={args.K} = {config.per_device_train_batch_size} "
             f"completions of {args.completion_length} tokens; {len(examples)} {args.task}/{args.source} examples; "
             f"steps: {args.warmup} warm-up{' + 1 profiled' if args.profile else ''} + {args.steps} x "
-            f"{arms(args.pairings, args.image_cache, args.lora_dropout_arm, args.merged_generation_arm)}", flush=True)
+            f"{timed_arms}", flush=True)
         def run_stock():   # the same model and work through TRL's own trainer, before or after the OT-GRPO arm
             from dataclasses import replace
             stock_config = trainer_config(replace(params, steps=args.warmup + args.steps), Path(tmp) / "stock")
@@ -551,10 +574,11 @@ def report(result: dict) -> str:
                      f"4 pairs x K=8 per device): {PAPER_SECONDS['minimal']} / {PAPER_SECONDS['random']} s = "
                      f"{PAPER_SECONDS['minimal'] / PAPER_SECONDS['random']:.4f}")
     for arm, r in s.items():   # each pairing against its arm without the image cache, or without LoRA dropout
-        if arm_merged(arm) and arm_settings(arm)[0] in s:
+        if (arm_merged(arm) or arm_compiled(arm)) and arm_settings(arm)[0] in s:
             base = s[arm_settings(arm)[0]]
-            lines.append(f"merged sampling, {arm_settings(arm)[0]}: {r['mean_s']:.3f} s/step against {base['mean_s']:.3f} "
-                         f"with LoRA layers ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); generate "
+            what, against = ("merged sampling", "with LoRA layers") if arm_merged(arm) else ("compiled decoding", "eager")
+            lines.append(f"{what}, {arm_settings(arm)[0]}: {r['mean_s']:.3f} s/step against {base['mean_s']:.3f} "
+                         f"{against} ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); generate "
                          f"{r['generate_s']:.3f} vs {base['generate_s']:.3f}, loss+bwd {r['loss_backward_s']:.3f} vs "
                          f"{base['loss_backward_s']:.3f}")
         for suffix, what in ((NO_CACHE, "image cache"), (NO_DROPOUT, "LoRA dropout")):

@@ -87,6 +87,18 @@ def test_cpu_profile_and_image_cache_arms(tmp_path):
     assert "--- profile of step 2" in stdout and "Python frame (by self CPU time)" in stdout
 
 
+def test_cpu_compiled_generation_arm(tmp_path):
+    "--compiled-generation-arm interleaves steps whose generate runs on a static cache with compiling allowed."
+    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "2",
+                               "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
+                               "--compiled-generation-arm")
+    assert [r["arm"] for r in result["steps_record"]] == ["minimal", "minimal:compiled-generation",
+                                                          "minimal", "minimal:compiled-generation"]
+    assert [r["compiled_generation"] for r in result["steps_record"]] == [False, True, False, True]
+    assert result["completion_lengths_seen"] == [8, 8]   # the static cache holds the asked length
+    assert "compiled decoding, minimal:" in stdout
+
+
 @pytest.mark.parametrize("arch, hub_total", [("3B", 3.75e9), ("7B", 8.29e9)])
 def test_architectures_have_released_parameter_counts(bench, arch, hub_total):
     total = bench.parameter_count(arch)
@@ -122,6 +134,9 @@ def test_arms_and_their_settings(bench):
     assert bench.arms(["minimal"], "on", False, True) == ["minimal", "minimal:merged-generation"]
     assert bench.arm_settings("minimal:merged-generation") == ("minimal", True, True)
     assert bench.arm_merged("minimal:merged-generation") and not bench.arm_merged("minimal:lora-dropout-0")
+    assert bench.arms(["minimal"], "on", False, False, True) == ["minimal", "minimal:compiled-generation"]
+    assert bench.arm_settings("minimal:compiled-generation") == ("minimal", True, True)
+    assert bench.arm_compiled("minimal:compiled-generation") and not bench.arm_compiled("minimal:merged-generation")
     from consistency_amp.training.models import load_model
     model, _ = load_model()
     bench.set_lora_dropout(model, 0.0)

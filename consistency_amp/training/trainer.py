@@ -78,6 +78,11 @@ class OTGRPOConfig(GRPOConfig):
                                              "no LoRA dropout while sampling, and merged rounding (nbs/26_trainer). "
                                              "Holds a copy of the adapted weights while generating. transformers' "
                                              "generate only (vLLM already merges).")
+    compile_generation: bool = _param(False, "Let transformers' generate compile its decoding step (torch.compile, "
+                                      "CUDA graphs) on a static KV cache: TRL turns that off (disable_compile=True). "
+                                      "Sets cache_implementation='static' unless given. transformers compiles on "
+                                      "GPUs only; on the CPU this samples through the static cache uncompiled "
+                                      "(the same completions, nbs/26_trainer). transformers' generate only.")
 
     def __post_init__(self):
         settle_paired_config(self)
@@ -85,6 +90,10 @@ class OTGRPOConfig(GRPOConfig):
         if self.merge_lora_for_generation and self.use_vllm:
             raise ValueError("merge_lora_for_generation applies to transformers' generate; with use_vllm=True the vLLM "
                              "engine already samples from merged weights: leave it False")
+        if self.compile_generation and self.use_vllm:
+            raise ValueError("compile_generation applies to transformers' generate; with use_vllm=True the vLLM engine "
+                             "runs its own CUDA graphs: leave it False")
+        if self.compile_generation and self.cache_implementation is None: self.cache_implementation = "static"
         if self.generation_batch_size % (2 * self.num_generations):
             raise ValueError(f"the generation batch ({self.generation_batch_size} completions) must hold whole prompt "
                              f"pairs: a multiple of 2 * num_generations = {2 * self.num_generations}")
@@ -330,6 +339,7 @@ class OTGRPOTrainer(GRPOTrainer):
         if args.merge_lora_for_generation and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
             raise ValueError("merge_lora_for_generation replaces whole weight tensors while sampling; DeepSpeed and "
                              "FSDP shard them: leave it False there")
+        if args.compile_generation: self.generation_config.disable_compile = False   # TRL's HF generation sets it True
 
     def _generate_single_turn(self, *args, **kwargs):
         "TRL's generation; with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`)."

@@ -1,0 +1,76 @@
+"""Compiled decoding in training (`OTGRPOConfig.compile_generation`, issue 23): does transformers' compiled decode step
+follow the weights as they change from step to step, with and without `merge_lora_for_generation` (which swaps each
+adapted layer's weight storage for a merged copy at every generation)? A CUDA graph that kept the first step's weight
+pointers, or a compiled graph that kept its first weights, would sample stale completions.
+
+Trains the tiny model a few steps twice from one seed, compiled and not, and compares every sampled completion token
+for token. Before each generation the adapter's `lora_B` moves by seeded noise (the tiny model earns no reward, so
+training alone would leave the weights where they were and the check would prove nothing). transformers compiles on
+GPUs only; on the CPU the script forces it (`CompileConfig._compile_all_devices`, inductor's default mode, no CUDA
+graphs); on a GPU it keeps transformers' default (mode "reduce-overhead": CUDA graphs). Float32 on either device, so
+the two runs should agree to the token (bf16 exactness of the merged path: `gpu_merge_check.py`).
+
+    OMP_NUM_THREADS=1 python benchmarks/compiled_generation_check.py            # CPU: ~2 min (the compile is ~1 min)
+    python benchmarks/compiled_generation_check.py --merge --steps 4            # merged weights, compiled
+"""
+import argparse, tempfile, time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import CompileConfig
+
+from consistency_amp.training.models import load_model
+from consistency_amp.training.trainer import OTGRPOConfig, OTGRPOTrainer
+from consistency_amp.world.synthetic import make_synthetic_world
+from consistency_amp.world.task_splits import build_examples, load_sources
+
+
+def tiny_examples(n_images: int = 8) -> list:
+    root = make_synthetic_world(Path(tempfile.mkdtemp()) / "world", n_images_per_split={"train": n_images},
+                                sources=("SUNRGBD",), indoor_size=(320, 240))
+    scenes = load_sources(root, sources=("SUNRGBD",))["SUNRGBD"]
+    return [e for task in ("orientation", "depth") for e in build_examples(scenes, task)]
+
+
+def sampled_completions(examples, compiled: bool, merge: bool, steps: int, device: str) -> tuple[list, list]:
+    "(completion ids of every generation, seconds of each) of `steps` training steps from seed 0."
+    transformers.set_seed(0)
+    model, processor = load_model(lora_dropout=0.0, device=device)
+    config = OTGRPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=device == "cpu", report_to=[], save_strategy="no",
+                          bf16=False, num_generations=4, pairs_per_device=2, max_completion_length=16,
+                          gradient_checkpointing=False, max_steps=steps, learning_rate=1e-2, logging_steps=1,
+                          compile_generation=compiled, merge_lora_for_generation=merge)
+    trainer = OTGRPOTrainer(model, config, examples, processing_class=processor)
+    if compiled and device == "cpu":   # transformers compiles only on accelerators unless told otherwise
+        trainer.generation_config.compile_config = CompileConfig(mode="default")
+        trainer.generation_config.compile_config._compile_all_devices = True
+    sampled, seconds, generate = [], [], trainer._generate_single_turn
+    def moved_then_generated(*args, **kwargs):
+        noise = torch.Generator().manual_seed(len(sampled))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name: p.add_(torch.randn(p.shape, generator=noise).to(p) * 0.05)
+        t0 = time.perf_counter()
+        ids, logprobs = generate(*args, **kwargs)
+        seconds.append(time.perf_counter() - t0); sampled.append(ids)
+        return ids, logprobs
+    trainer._generate_single_turn = moved_then_generated
+    trainer.train()
+    return sampled, seconds
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--merge", action="store_true", help="sample from merged LoRA weights (merge_lora_for_generation)")
+    ap.add_argument("--steps", type=int, default=3, help="training steps per run (each samples once)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    examples = tiny_examples()
+    compiled, compiled_s = sampled_completions(examples, True, args.merge, args.steps, args.device)
+    eager, eager_s = sampled_completions(examples, False, args.merge, args.steps, args.device)
+    same = [a == b for a, b in zip(compiled, eager)]
+    print(f"device {args.device}, merged weights {args.merge}, {args.steps} steps, weights moved before each generation")
+    print("generate seconds, compiled:", [round(s, 3) for s in compiled_s], " eager:", [round(s, 3) for s in eager_s])
+    print(f"the same completions, token for token, per step: {same}")
+    if not all(same) or len(same) != args.steps: raise SystemExit("compiled decoding sampled other completions")
