@@ -931,6 +931,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                             'consistency_amp/training/pretraining.py'),
                                                       'consistency_amp.training.pretraining.base_processor': ( 'pretraining.html#base_processor',
                                                                                                                'consistency_amp/training/pretraining.py'),
+                                                      'consistency_amp.training.pretraining.calibration_stage': ( 'pretraining.html#calibration_stage',
+                                                                                                                  'consistency_amp/training/pretraining.py'),
                                                       'consistency_amp.training.pretraining.fact_question': ( 'pretraining.html#fact_question',
                                                                                                               'consistency_amp/training/pretraining.py'),
                                                       'consistency_amp.training.pretraining.image_variants': ( 'pretraining.html#image_variants',

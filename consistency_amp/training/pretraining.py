@@ -24,7 +24,7 @@ from ..world.transforms import Transform, apply_transform, sample_transform, tra
 __all__ = ['FACTS', 'LATER_RECIPE_FIELDS', 'MARKER_CHANNELS', 'PERCEPTION_CHANNELS', 'IMAGE_VARIANTS', 'RECIPE_FILE',
            'EDGES_FILE', 'LOG_FILE', 'recipe_tasks', 'BaseRecipe', 'vision_window', 'base_config', 'base_processor',
            'pretraining_world', 'pretraining_examples', 'reword', 'perception_targets', 'perception_loss',
-           'image_variants', 'fact_question', 'pretraining_batch', 'logic_batch', 'pretrain']
+           'image_variants', 'fact_question', 'pretraining_batch', 'logic_batch', 'calibration_stage', 'pretrain']
 
 # %% ../../nbs/38_pretraining.ipynb #e03874f6
 def _f(default, help: str):
@@ -34,7 +34,8 @@ def _f(default, help: str):
 
 # %% ../../nbs/38_pretraining.ipynb #8a637029
 FACTS = ("seen", "random")   # whether the targets follow the image, or a coin (the no-ability control)
-LATER_RECIPE_FIELDS = {"facts": "seen", "tasks": list(BOOLEAN_TASKS), "object_digits": "shared", "fact_noise": 0.0}   # added after bases were built: left out of
+LATER_RECIPE_FIELDS = {"facts": "seen", "tasks": list(BOOLEAN_TASKS), "object_digits": "shared", "fact_noise": 0.0,
+                       "calibration_steps": 0, "calibration_lr": 3e-4}   # added after bases were built: left out of
 # to_dict at these values, so the shipped bases keep their recipes and keys
 
 def recipe_tasks(tasks) -> tuple[str, ...]:
@@ -77,14 +78,18 @@ class BaseRecipe:
                             "task's claim is the same digit tokens, which RL on one task rewires for all: issue 26); "
                             "'per_task', by digits of each task's own (orientation 1 / 2, depth 3 / 4, size 5 / 6, "
                             "relative distance 7 / 8); needs a longer logic stage (1500 steps) to learn the mapping")
-    fact_noise: float = _f(0.0, "share of the boolean targets written for the question with its compared objects swapped "
-                           "(the other object wins; below 0.5): where the base is sure it then samples the other claim "
-                           "that often, so RL's groups keep both answers (issue 26: bases without it sample one)")
+    calibration_steps: int = _f(0, "steps of a last stage that trains the language model alone (vision tower frozen) on "
+                                "targets of which a share `fact_noise` state the other object: a base sure of what it "
+                                "sees then samples both claims, so RL's groups keep reward variance (issue 26)")
+    calibration_lr: float = _f(3e-4, "AdamW peak learning rate of the calibration stage")
+    fact_noise: float = _f(0.0, "share of the calibration stage's boolean targets written for the question with its "
+                           "compared objects swapped (the other object wins; below 0.5)")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
         for f in fields(self):
             value, kind = getattr(self, f.name), type(f.default)
-            may_be_zero = "seed" in f.name or f.name in ("perception_weight", "perception_steps", "logic_steps", "fact_noise")
+            may_be_zero = "seed" in f.name or f.name in ("perception_weight", "perception_steps", "logic_steps", "fact_noise",
+                                                                       "calibration_steps")
             if f.name == "tasks": object.__setattr__(self, "tasks", recipe_tasks(value))
             elif f.name in ("think", "facts", "object_digits"):
                 valid = {"think": THINKS, "facts": FACTS, "object_digits": OBJECT_DIGITS}[f.name]
@@ -99,6 +104,10 @@ class BaseRecipe:
         if self.fact_noise >= 0.5 or (self.fact_noise and self.facts == "random"):
             raise ValueError(f"BaseRecipe.fact_noise must be below 0.5 (0.5 is facts='random'), and 0 with facts='random'; "
                              f"got {self.fact_noise!r} with facts={self.facts!r}")
+        if bool(self.fact_noise) != bool(self.calibration_steps):   # noisy facts through the whole build stop depth
+            raise ValueError("BaseRecipe.fact_noise and BaseRecipe.calibration_steps go together (the noisy targets "   # being learned
+                             f"train the calibration stage only); got fact_noise={self.fact_noise!r}, "
+                             f"calibration_steps={self.calibration_steps!r}")
         if self.facts == "random" and set(self.tasks) - set(BOOLEAN_TASKS):
             raise ValueError(f"BaseRecipe.facts='random' swaps the compared objects of boolean questions; tasks "
                              f"{[t for t in self.tasks if t not in BOOLEAN_TASKS]} have none")
@@ -260,13 +269,13 @@ def pretraining_batch(items, processor, rng: np.random.Generator, edges: dict, t
 
 # %% ../../nbs/38_pretraining.ipynb #cd019fad
 def logic_batch(items, tokenizer, rng: np.random.Generator, edges: dict, think: str = "cues", facts: str = "seen",
-                naming: str = "shared", fact_noise: float = 0.0) -> dict:
+                naming: str = "shared") -> dict:
     "Text-only inputs of `items`: the user's question alone (no image, no system prompt), then the target."
     prompts, completions = [], []
     for scene, question, *_ in items:
         question = reword(rng, question)
         prompts.append(f"<|im_start|>user\n{prompt_text(scene, question)}<|im_end|>\n<|im_start|>assistant\n")
-        completions.append(target_completion(scene, fact_question(rng, question, facts, fact_noise), edges, think, naming))
+        completions.append(target_completion(scene, fact_question(rng, question, facts), edges, think, naming))
     return _supervised(tokenizer, prompts, completions)
 
 # %% ../../nbs/38_pretraining.ipynb #202b2ff4
@@ -302,13 +311,32 @@ def _logic_stage(model, items, recipe: BaseRecipe, tokenizer, edges, rng, log: l
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup))
     for step in (bar := tqdm(range(recipe.logic_steps), desc="logic", disable=not progress)):
         chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
-        loss = model(**logic_batch(chosen, tokenizer, rng, edges, recipe.think, recipe.facts, recipe.object_digits,
-                                   recipe.fact_noise)).loss
+        loss = model(**logic_batch(chosen, tokenizer, rng, edges, recipe.think, recipe.facts, recipe.object_digits)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step(); schedule.step(); optimizer.zero_grad()
         log.append({"logic_step": step + 1, "logic_loss": round(loss.item(), 5)})
         bar.set_postfix(logic=f"{loss.item():.3f}")
+
+# %% ../../nbs/38_pretraining.ipynb #31c8a6ac
+def calibration_stage(model, items, processor, recipe: BaseRecipe, edges, rng, log: list, progress: bool = True):
+    "Train the language model alone (vision frozen) on `items`' full targets, a share `recipe.fact_noise` naming the other object."
+    from tqdm.auto import tqdm
+    params = [p for name, p in model.named_parameters() if not name.startswith("model.visual")]
+    optimizer = torch.optim.AdamW(params, lr=recipe.calibration_lr, weight_decay=0.01)
+    steps = recipe.calibration_steps
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(steps, min(recipe.warmup, steps)))
+    for p in model.model.visual.parameters(): p.requires_grad_(False)
+    for step in (bar := tqdm(range(steps), desc="calibration", disable=not progress)):
+        chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
+        loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think, recipe.facts, recipe.object_digits,
+                                         recipe.fact_noise)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step(); schedule.step(); optimizer.zero_grad()
+        log.append({"calibration_step": step + 1, "calibration_loss": round(loss.item(), 5)})
+        bar.set_postfix(calibration=f"{loss.item():.3f}")
+    for p in model.model.visual.parameters(): p.requires_grad_(True)
 
 # %% ../../nbs/38_pretraining.ipynb #bd11714e
 def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
@@ -337,7 +365,7 @@ def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
         for step in (bar := tqdm(range(recipe.steps), desc="pretraining", disable=not progress)):
             chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
             answer_loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think, recipe.facts,
-                                                        recipe.object_digits, recipe.fact_noise)).loss
+                                                        recipe.object_digits)).loss
             target, mask = (torch.from_numpy(np.concatenate([it[4][k] for it in chosen])) for k in (0, 1))
             seeing_loss = perception_loss(head(seen["tokens"]), target, mask)
             (answer_loss + recipe.perception_weight * seeing_loss).backward()
@@ -345,6 +373,7 @@ def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
             optimizer.step(); schedule.step(); optimizer.zero_grad()
             log.append({"step": step + 1, "loss": round(answer_loss.item(), 5), "perception_loss": round(seeing_loss.item(), 5)})
             bar.set_postfix(loss=f"{answer_loss.item():.3f}", perception=f"{seeing_loss.item():.3f}")
+        if recipe.calibration_steps: calibration_stage(model, items, processor, recipe, edges, rng, log, progress)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out_dir)
     processor.save_pretrained(out_dir)
