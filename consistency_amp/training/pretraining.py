@@ -326,17 +326,20 @@ def calibration_stage(model, items, processor, recipe: BaseRecipe, edges, rng, l
     optimizer = torch.optim.AdamW(params, lr=recipe.calibration_lr, weight_decay=0.01)
     steps = recipe.calibration_steps
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(steps, min(recipe.warmup, steps)))
-    for p in model.model.visual.parameters(): p.requires_grad_(False)
-    for step in (bar := tqdm(range(steps), desc="calibration", disable=not progress)):
-        chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
-        loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think, recipe.facts, recipe.object_digits,
-                                         recipe.fact_noise)).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step(); schedule.step(); optimizer.zero_grad()
-        log.append({"calibration_step": step + 1, "calibration_loss": round(loss.item(), 5)})
-        bar.set_postfix(calibration=f"{loss.item():.3f}")
-    for p in model.model.visual.parameters(): p.requires_grad_(True)
+    frozen = [p for p in model.model.visual.parameters() if p.requires_grad]
+    for p in frozen: p.requires_grad_(False)
+    try:
+        for step in (bar := tqdm(range(steps), desc="calibration", disable=not progress)):
+            chosen = [items[i] for i in rng.integers(len(items), size=recipe.batch)]
+            loss = model(**pretraining_batch(chosen, processor, rng, edges, recipe.think, recipe.facts, recipe.object_digits,
+                                             recipe.fact_noise)).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step(); schedule.step(); optimizer.zero_grad()
+            log.append({"calibration_step": step + 1, "calibration_loss": round(loss.item(), 5)})
+            bar.set_postfix(calibration=f"{loss.item():.3f}")
+    finally:   # an interrupted stage leaves the model as trainable as it found it
+        for p in frozen: p.requires_grad_(True)
 
 # %% ../../nbs/38_pretraining.ipynb #bd11714e
 def pretrain(recipe: BaseRecipe, out_dir, progress: bool = True) -> Path:
