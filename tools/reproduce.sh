@@ -7,7 +7,7 @@
 #   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
-# * The miniature experiment (python -m consistency_amp.science.experiment; nbs/68_experiment.ipynb): spatial-base-large
+# * The miniature experiment (python -m consistency_amp.science.experiment; nbs/69_experiment.ipynb): spatial-base-large
 #   trained with the accuracy reward and with the label-free consistency reward (the marker swap on every pair) and its
 #   blind control, 3 seeds each, evaluated greedily on 300 held-out examples per task and on the sampled answers
 #   (8 at T = 1) of 100 per task (--full: also the consistency reward with the paper's own transformation set and its

@@ -269,6 +269,8 @@ ABLATION_FIGURES = (   # the science rows' prefix, and the figure they come from
     ("pairing_", "Figure 8 per task (`science_fig8_pairing_per_task.png`), minimal minus each other pairing on the "
                  "trained task, paired over seeds and questions"),
     ("noise_crossover_", "Figure 6 per task (`science_fig6_label_noise_per_task.png`), the flipped-label crossover"),
+    ("numeric_", "Figure 7 in miniature (`science_fig7_numeric.png`), the numeric tasks' gain ratio, consistency's gain "
+                 "over the accuracy reward's on the trained task"),
     ("ssl_", "Figure 5, controlled (`science_fig5_ssl_baselines.png`), the best self-supervised baseline trained here "
              "minus consistency"),
     ("transfer_", "Figure 3 (`science_fig3_cross_task.png`), the gain of a task trained alone on another task, depth "

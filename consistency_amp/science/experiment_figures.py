@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 
 from .experiment_design import (eval_examples, EVAL_NAME, HELD_OUT_EVAL_NAME, PER_TASK_CONDITIONS, PER_TASK_REWARDS,
-                                                    SAMPLED_CONDITIONS, ExperimentConfig, eval_file, jobs)
+                                                    SAMPLED_CONDITIONS, EVALUATED_ONLY, ExperimentConfig, eval_file, jobs)
 from ..figures.plotting import CONDITION_COLOURS, write_figure
 from ..evaluation.sampling import SAMPLED_EVAL_NAME
 from .table import bootstrap, gain_ratio, science_summary
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['SIZES', 'BASE_TITLES', 'TRANSFER_PAIRS', 'PAPER_TRANSFER', 'REWARD_COLOURS', 'CONDITION_LABELS', 'correctness',
+__all__ = ['SIZES', 'TRANSFER_PAIRS', 'PAPER_TRANSFER', 'REWARD_COLOURS', 'CONDITION_LABELS', 'correctness', 'base_titles',
            'same_task_rows', 'transfer_rows', 'transfer_verdict', 'transfer_science_rows', 'same_task_gains',
            'plot_same_task', 'plot_transfer', 'sampled_rows', 'plot_sampled', 'report_figures', 'sampled_summary',
            'per_task_summary', 'miniature_summary']
@@ -42,7 +42,12 @@ def correctness(config: ExperimentConfig, condition: str, eval_name: str = EVAL_
 
 # %% ../../nbs/65_experiment_figures.ipynb #dbc60f99
 SIZES = {"": "base", "_small": "base_small"}   # condition suffix -> the base it starts from (large: 7B, small: 3B)
-BASE_TITLES = {"base": "spatial-base-large (stands in for 7B)", "base_small": "spatial-base-small (stands in for 3B)"}
+
+def base_titles(config: ExperimentConfig) -> dict[str, str]:
+    "Figure 2's panel title per start ('base', 'base_small'): the model it evaluates, and the paper's model a stand-in is for."
+    from consistency_amp.training.spatial_bases import STANDS_IN_FOR   # (imported late: the module loads torch)
+    names = {start: EVALUATED_ONLY[start](config) for start in SIZES.values()}
+    return {start: f"{name} (stands in for {STANDS_IN_FOR[name]})" if name in STANDS_IN_FOR else name for start, name in names.items()}
 
 def _interval(arrays: dict, statistic, resamples: int, fractions: bool = False):
     value, low, high = bootstrap(arrays, statistic, resamples, fractions=fractions)
@@ -128,8 +133,8 @@ CONDITION_LABELS = {"base": "base", "accuracy": "accuracy reward", "consistency"
 def _label(condition: str) -> str: return CONDITION_LABELS.get(condition, condition).replace("\n", " ")
 
 # %% ../../nbs/65_experiment_figures.ipynb #6b4e720f
-def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the trained task"):
-    "Accuracy on the trained task per base (one panel each), task and reward, with intervals and seeds; the figure."
+def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the trained task", titles: dict | None = None):
+    "Accuracy on the trained task per base (one panel each, titled by `titles`: `base_titles`), task and reward, with intervals and seeds; the figure."
     import matplotlib.pyplot as plt
     bases = list(dict.fromkeys(r["base"] for r in rows))
     fig, axes = plt.subplots(1, len(bases), figsize=(5.2 * len(bases), 3.4), squeeze=False, sharey=True)
@@ -148,7 +153,7 @@ def plot_same_task(rows: list[dict], title: str = "Figure 2 in miniature: the tr
         ns = {r["task"]: r["n"] for r in rows if r["base"] == base}
         ax.set_xticks(range(len(BOOLEAN_TASKS)), [f"{t}\n(n={ns.get(t, 0)})" for t in BOOLEAN_TASKS], fontsize=7)
         ax.axhline(0.5, color="k", lw=0.6, ls=":")
-        ax.set(title=BASE_TITLES.get(base, base), ylim=(0.3, 1.0), ylabel="accuracy")
+        ax.set(title=(titles or {}).get(base, base), ylim=(0.3, 1.0), ylabel="accuracy")
         ax.legend(fontsize=6, loc="upper left")   # above the orientation bars, which stay below 0.65
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -252,7 +257,7 @@ def report_figures(config: ExperimentConfig, runs_dir=None, out_dir="figures", r
     out.mkdir(parents=True, exist_ok=True)
     rows = same_task_rows(config, runs_dir, resamples)
     if any(r["reward"] != "base" for r in rows):
-        paths += _write(plot_same_task(rows), rows, out, "science_fig2_same_task")
+        paths += _write(plot_same_task(rows, titles=base_titles(config)), rows, out, "science_fig2_same_task")
     for name, eval_name, title in (("science_fig3_cross_task", EVAL_NAME, "Figure 3 in miniature: transfer to the other tasks (SUN RGB-D)"),
                                    ("science_fig4_cross_domain", HELD_OUT_EVAL_NAME, "Figure 4 in miniature: the held-out source (KITTI)")):
         if rows := transfer_rows(config, eval_name, runs_dir, resamples):
