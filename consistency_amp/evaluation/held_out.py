@@ -55,8 +55,8 @@ def _load_adapter(*args, **kwargs):
 
 def base_model_sizes() -> dict[str, str]:
     "The base models by name with the tag their runs carry: the paper's ('3B', '7B'), the tiny ('tiny'), the spatial bases."
-    from consistency_amp.training.spatial_bases import STANDS_IN_FOR
-    return {name: size for size, name in PAPER_MODELS.items()} | {TINY_MODEL: "tiny"} | {name: name for name in STANDS_IN_FOR}
+    from consistency_amp.training.spatial_bases import SPATIAL_BASES
+    return {name: size for size, name in PAPER_MODELS.items()} | {TINY_MODEL: "tiny"} | {name: name for name in SPATIAL_BASES}
 
 # %% ../../nbs/47_held_out.ipynb #cd6d656b
 def resolve_data_root(data_root=None) -> Path:
