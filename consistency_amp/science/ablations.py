@@ -90,7 +90,7 @@ def figure8_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 2000)
     rows = []
     for task in ABLATION_TASKS:
         runs = {p: seed_outcomes(config, pairing_condition(task, p), runs_dir) for p in FIGURE8_PAIRINGS}
-        if not base or not runs["minimal"]: continue
+        if not base or not runs["minimal"] or not (runs["random"] or runs["one_to_all"]): continue   # nothing to compare
         _, tasks, uids = base[0]
         if any(r[2] != uids for d in runs.values() for r in d.values()):
             raise ValueError(f"{task}: the Figure 8 runs and the base were scored on other test questions")
@@ -207,7 +207,7 @@ def figure6_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 2000)
         levels = {0.0: f"{task}_accuracy"} | {p: f"{task}_accuracy_noise{p:g}" for p in NOISE_LEVELS}
         consistency = pairing_condition(task, "minimal")
         found = {name: d for name in (*levels.values(), consistency) if (d := seed_outcomes(config, name, runs_dir))}
-        if consistency not in found or len(found) < 2: continue
+        if consistency not in found or not any(name in found for name in list(levels.values())[1:]): continue   # no noise level: no curve
         tasks = next(iter(found[consistency].values()))[1]
         own = [i for i, t in enumerate(tasks) if t == task]
         arrays = {name: _stack(d, sorted(d), own) for name, d in found.items()}
@@ -293,7 +293,7 @@ def merge_science(out_dir, table: pd.DataFrame) -> list[Path]:
     figures = [what for prefix, what in ABLATION_FIGURES if any(m.startswith(prefix) for m in metrics)]
     body = "\n".join(rows[:2] + kept + rows[2:])
     write_atomically(md, lambda tmp: Path(tmp).write_text(f"{text.rstrip(chr(10))}\n\n{ABLATIONS_HEADING}\n\nTrained one task "
-                     f"at a time from the large base (`nbs/64_ablations.ipynb`): {'; '.join(figures)}.\n\n{body}\n"))
+                     f"at a time from the base in the title (`nbs/64_ablations.ipynb`): {'; '.join(figures)}.\n\n{body}\n"))
     return [csv, md]
 
 # %% ../../nbs/64_ablations.ipynb #327288c4
