@@ -4,7 +4,8 @@
 #   2. the notebooks are clean (`nbdev_clean` leaves no change)
 #   3. README.md is in sync with nbs/index.ipynb
 #   4. `nbdev_test` (cells flagged `slow`/`gpu` are skipped; add them with NBDEV_FLAGS="slow gpu")
-#   5. `pytest tests/` (fresh-interpreter imports, papermill runs, bad-input suites)
+#   5. `pytest tests/` (fresh-interpreter imports, papermill runs, bad-input suites), one file per worker,
+#      PYTEST_WORKERS of them (default 2; 0 runs them in this process)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -23,5 +24,5 @@ before=$(snapshot); nbdev_export; check_unchanged nbdev_export
 before=$(snapshot); nbdev_clean; check_unchanged nbdev_clean
 python tools/make_readme.py --check
 nbdev_test --n_workers "${NBDEV_WORKERS:-2}" --timing ${NBDEV_FLAGS:+--flags "$NBDEV_FLAGS"}
-python -m pytest tests/ -q ${PYTEST_ARGS:-}
+python -m pytest tests/ -q -n "${PYTEST_WORKERS:-2}" --dist loadfile ${PYTEST_ARGS:-}
 echo "all checks passed"
