@@ -283,6 +283,7 @@ def merge_science(out_dir, table: pd.DataFrame) -> list[Path]:
     out = Path(out_dir); csv, md = out / "science.csv", out / "science.md"
     old = pd.read_csv(csv) if csv.is_file() else pd.DataFrame(columns=list(SCIENCE_COLUMNS))
     merged = pd.concat([old[~old["metric"].isin(table["metric"])], table[list(SCIENCE_COLUMNS)]], ignore_index=True)
+    merged = merged.astype({"n": "Int64", "seeds": "Int64"})   # counts stay integers where a row has none (read back as floats)
     write_atomically(csv, lambda tmp: merged.to_csv(tmp, index=False))
     text = md.read_text() if md.is_file() else ""
     text, _, section = text.partition(f"\n{ABLATIONS_HEADING}\n")
@@ -318,7 +319,7 @@ def report_ablations(config: ExperimentConfig, runs_dir=None, out_dir="figures",
 # %% ../../nbs/64_ablations.ipynb #a92a6945
 def _pp(v) -> str: return f"{100 * v:+.1f}"
 
-def ablation_summary(science_csv) -> str:
+def ablation_summary(science_csv, base: str | None = None) -> str:
     "One sentence on the per-task ablations from a stored science.csv; empty if none was run."
     table = pd.read_csv(science_csv)
     rows = {r.metric: r for r in table.itertuples()}
@@ -344,5 +345,5 @@ def ablation_summary(science_csv) -> str:
     if ssl: parts.append("the best self-supervised baseline trained here as a reward scores " + " and ".join(ssl)
                          + " against consistency (paper, jointly, released checkpoints: -3.6)")
     if not parts: return ""
-    return (f"Trained one task at a time (large base{f', {max(seeds)} seeds, paired' if seeds else ''}), "
+    return (f"Trained one task at a time ({base or ExperimentConfig().model}{f', {max(seeds)} seeds, paired' if seeds else ''}), "
             + "; ".join(parts) + ".")

@@ -292,8 +292,8 @@ def sampled_summary(csv_path) -> str:
 # %% ../../nbs/65_experiment_figures.ipynb #27aba91f
 def _and(items: list[str]) -> str: return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
 
-def per_task_summary(csv_path) -> str:
-    "One sentence from a stored `science_per_task.csv`: where the accuracy reward gains beyond noise, whether the gain ratio reaches the paper's 0.8, with both gains and the ratio; the other tasks named."
+def per_task_summary(csv_path, base: str | None = None) -> str:
+    "One sentence from a stored `science_per_task.csv` of the runs from `base` (default: the experiment's default model): where the accuracy reward gains beyond noise, whether the gain ratio reaches the paper's 0.8, with both gains and the ratio; the other tasks named."
     import csv
     rows = list(csv.DictReader(open(csv_path)))
     if not rows: return ""
@@ -302,7 +302,9 @@ def per_task_summary(csv_path) -> str:
     name = lambda r: r["task"].replace("_", " ")
     gaining = [r for r in rows if float(r["accuracy_gain_low"]) > 0]
     held = [name(r) for r in gaining if round(float(r["gain_ratio"]), 3) >= 0.8]
-    text = (f"Trained one task at a time, as in the paper's Figure 2 (large base, {rows[0]['seeds']} seeds, n = {rows[0]['n']} "
+    base = base or ExperimentConfig().model
+    fewest, most = min(int(r["seeds"]) for r in rows), max(int(r["seeds"]) for r in rows)   # the ablation tasks' marker-swap runs have more
+    text = (f"Trained one task at a time, as in the paper's Figure 2 ({base}, {fewest if fewest == most else f'{fewest}-{most}'} seeds, n = {rows[0]['n']} "
             f"test questions per task, greedy), {_label(rows[0]['consistency'])} ")
     text += f"reproduces the paper's claim (a gain ratio of at least 0.8) on {_and(held)}" if held else "reproduces the paper's claim on no task"
     if missed := [name(r) for r in gaining if name(r) not in held]: text += f" and not on {_and(missed)}"
@@ -342,13 +344,15 @@ def _joint_summary(science_csv, sampled_csv) -> str:
             if acc_greedy and float(acc_greedy["low"]) <= float(greedy["base_accuracy"]["value"]):
                 text += "; the accuracy reward's greedy gain is within noise, so the ratio is unstable"
             text += ")"
+        elif "accuracy_reward_accuracy" in greedy and float(greedy["accuracy_reward_accuracy"]["low"]) <= float(greedy["base_accuracy"]["value"]):
+            text += ": the accuracy reward gains nothing beyond noise on them, so their gain ratio measures nothing"
         text += "."
     return text
 
 # %% ../../nbs/65_experiment_figures.ipynb #516bfac8
-def miniature_summary(science_csv, sampled_csv, per_task_csv=None) -> str:
-    "The README's first-screen paragraph from the stored `science.csv` (with the per-task ablations' rows, where run), `science_sampled.csv` and (if given and run) `science_per_task.csv`."
+def miniature_summary(science_csv, sampled_csv, per_task_csv=None, base: str | None = None) -> str:
+    "The README's first-screen paragraph from the stored `science.csv` (with the per-task ablations' rows, where run), `science_sampled.csv` and (if given and run) `science_per_task.csv`, of the runs from `base` (default: the experiment's default model)."
     text = _joint_summary(science_csv, sampled_csv)
-    if per_task_csv is not None and Path(per_task_csv).is_file(): text = per_task_summary(per_task_csv) + " " + text   # the paper's claim first
+    if per_task_csv is not None and Path(per_task_csv).is_file(): text = per_task_summary(per_task_csv, base) + " " + text   # the paper's claim first
     from consistency_amp.science.ablations import ablation_summary   # Figures 8 and 6 per task, where run
-    return text + (f" {ablations}" if (ablations := ablation_summary(science_csv)) else "")
+    return text + (f" {ablations}" if (ablations := ablation_summary(science_csv, base)) else "")

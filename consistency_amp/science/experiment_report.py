@@ -97,7 +97,7 @@ def report(config: ExperimentConfig, runs_dir=None, out_dir="figures", resamples
     paths += report_numeric(config, runs_dir, out, resamples)          # Figure 7 in miniature, where its runs finished
     if (sampled := out / "science_sampled.csv") in paths:   # the table's reading in one paragraph, as the README gives it
         per_task = out / "science_per_task.csv"                # only if this report wrote it: not a stored --full one
-        summary = miniature_summary(out / "science.csv", sampled, per_task if per_task in paths else None)
+        summary = miniature_summary(out / "science.csv", sampled, per_task if per_task in paths else None, config.model)
         with open(out / "science.md", "a") as f: f.write(f"\n## What the miniature shows\n\n{summary}\n")
         _logger.info(summary)
     return paths
