@@ -23,6 +23,10 @@ check_unchanged() {  # $1: what was run; fails if it changed any file
 before=$(snapshot); nbdev_export; check_unchanged nbdev_export
 before=$(snapshot); nbdev_clean; check_unchanged nbdev_clean
 python tools/make_readme.py --check
+phase() { echo "test.sh: $1 took $((SECONDS - started)) s"; started=$SECONDS; }   # CI must stay under 20 minutes
+started=$SECONDS
 nbdev_test --n_workers "${NBDEV_WORKERS:-2}" --timing ${NBDEV_FLAGS:+--flags "$NBDEV_FLAGS"}
+phase nbdev_test
 python -m pytest tests/ -q -n "${PYTEST_WORKERS:-2}" --dist loadfile ${PYTEST_ARGS:-}
-echo "all checks passed"
+phase pytest
+echo "all checks passed in $SECONDS s"
