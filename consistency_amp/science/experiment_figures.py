@@ -346,6 +346,10 @@ def _joint_summary(science_csv, sampled_csv) -> str:
             text += ")"
         elif "accuracy_reward_accuracy" in greedy and float(greedy["accuracy_reward_accuracy"]["low"]) <= float(greedy["base_accuracy"]["value"]):
             text += ": the accuracy reward gains nothing beyond noise on them, so their gain ratio measures nothing"
+        elif ratio := greedy.get("gain_ratio_marker_swap"):   # only the marker swap ran: its verdict
+            verdict = "reproduces" if round(float(ratio["value"]), 3) >= 0.8 else "does NOT reproduce"
+            text += (f": there consistency with the marker swap {verdict} the paper's claim on greedy answers (gain ratio "
+                     f"{float(ratio['value']):.2f} [{float(ratio['low']):.2f}, {float(ratio['high']):.2f}])")
         text += "."
     return text
 
