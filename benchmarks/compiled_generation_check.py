@@ -12,12 +12,14 @@ the two runs should agree to the token (bf16 exactness of the merged path: `gpu_
 
     OMP_NUM_THREADS=1 python benchmarks/compiled_generation_check.py            # CPU: ~2 min (the compile is ~1 min)
     python benchmarks/compiled_generation_check.py --merge --steps 4            # merged weights, compiled
+    python benchmarks/compiled_generation_check.py --gradient-checkpointing     # as on a GPU: one graph, or recompiles?
 """
 import argparse, tempfile, time
 from pathlib import Path
 
 import torch
 import transformers
+from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
 from consistency_amp.training.models import load_model
@@ -33,13 +35,14 @@ def tiny_examples(n_images: int = 8) -> list:
     return [e for task in ("orientation", "depth") for e in build_examples(scenes, task)]
 
 
-def sampled_completions(examples, compiled: bool, merge: bool, steps: int, device: str) -> tuple[list, list]:
+def sampled_completions(examples, compiled: bool, merge: bool, steps: int, device: str,
+                        gradient_checkpointing: bool = False) -> tuple[list, list]:
     "(completion ids of every generation, seconds of each) of `steps` training steps from seed 0."
     transformers.set_seed(0)
     model, processor = load_model(lora_dropout=0.0, device=device)
     config = OTGRPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=device == "cpu", report_to=[], save_strategy="no",
                           bf16=False, num_generations=4, pairs_per_device=2, max_completion_length=16,
-                          gradient_checkpointing=False, max_steps=steps, learning_rate=1e-2, logging_steps=1,
+                          gradient_checkpointing=gradient_checkpointing, max_steps=steps, learning_rate=1e-2, logging_steps=1,
                           compile_generation=compiled, merge_lora_for_generation=merge)
     trainer = OTGRPOTrainer(model, config, examples, processing_class=processor)
     if compiled and device == "cpu":   # transformers compiles only on accelerators unless told otherwise
@@ -65,12 +68,19 @@ if __name__ == "__main__":
     ap.add_argument("--merge", action="store_true", help="sample from merged LoRA weights (merge_lora_for_generation)")
     ap.add_argument("--steps", type=int, default=3, help="training steps per run (each samples once)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--gradient-checkpointing", action="store_true",
+                    help="train with gradient checkpointing, as on a GPU (TRL toggles it around each generation)")
     args = ap.parse_args()
     examples = tiny_examples()
-    compiled, compiled_s = sampled_completions(examples, True, args.merge, args.steps, args.device)
-    eager, eager_s = sampled_completions(examples, False, args.merge, args.steps, args.device)
+    compiled, compiled_s = sampled_completions(examples, True, args.merge, args.steps, args.device,
+                                               args.gradient_checkpointing)
+    graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+    eager, eager_s = sampled_completions(examples, False, args.merge, args.steps, args.device,
+                                         args.gradient_checkpointing)
     same = [a == b for a, b in zip(compiled, eager)]
-    print(f"device {args.device}, merged weights {args.merge}, {args.steps} steps, weights moved before each generation")
+    print(f"device {args.device}, merged weights {args.merge}, gradient checkpointing {args.gradient_checkpointing}, "
+          f"{args.steps} steps, weights moved before each generation")
+    print(f"compiled graphs {graphs} (one: never recompiled from step to step), graph breaks {breaks}")
     print("generate seconds, compiled:", [round(s, 3) for s in compiled_s], " eager:", [round(s, 3) for s in eager_s])
     print(f"the same completions, token for token, per step: {same}")
     if not all(same) or len(same) != args.steps: raise SystemExit("compiled decoding sampled other completions")

@@ -9,7 +9,7 @@ import copy
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,10 +32,10 @@ from ..reward.verifiers import (
     accuracy, accuracy_reward_func, completion_text, format_reward_func, parse_answer)
 
 # %% auto #0
-__all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'label_flipped',
-           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
+__all__ = ['SIDES', 'STATIC_CACHE_BLOCK', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler',
+           'label_flipped', 'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
            'consistency_reward_placeholder', 'paired_prompts', 'log_answer_metrics', 'merged_lora_weights',
-           'OTGRPOTrainer']
+           'replace_input_grads_hooks', 'without_input_grads_hooks', 'static_cache_length', 'OTGRPOTrainer']
 
 # %% ../../nbs/26_trainer.ipynb #3f58e82b
 def _param(default, help: str, **kwargs):
@@ -314,6 +314,41 @@ def merged_lora_weights(model):
     finally:
         for base, weight in originals: base.weight.data = weight
 
+# %% ../../nbs/26_trainer.ipynb #00e70a45
+def _transformers_model(model):
+    "The transformers model under a peft wrapper, or `model` itself."
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+def replace_input_grads_hooks(model) -> None:
+    "Make `enable_input_require_grads` of the transformers model under `model` replace the input-gradient hooks it set before, instead of adding a set at each call."
+    base = _transformers_model(model)
+    enable = base.enable_input_require_grads
+    if getattr(enable, "replaces_hooks", False): return
+    def enable_replacing():
+        base.disable_input_require_grads(); enable()
+    enable_replacing.replaces_hooks = True
+    base.enable_input_require_grads = enable_replacing
+
+# %% ../../nbs/26_trainer.ipynb #54345095
+@contextmanager
+def without_input_grads_hooks(model):
+    "Within the block, the transformers model under `model` has no input-gradient hooks (they matter only to a backward through checkpointed layers); after it, the hooks it had."
+    base = _transformers_model(model)
+    hooks = getattr(base, "_require_grads_hooks", None) or []
+    hooked = any(h.id in (h.hooks_dict_ref() or {}) for h in hooks)
+    if hooked: base.disable_input_require_grads()
+    try: yield model
+    finally:
+        if hooked: base.enable_input_require_grads()
+
+# %% ../../nbs/26_trainer.ipynb #501bdbb2
+STATIC_CACHE_BLOCK = 128   # tokens; a few percent more attention per decoded token against a recompile per prompt length
+
+def static_cache_length(prompt_length: int, completion_length: int, block: int = STATIC_CACHE_BLOCK) -> int:
+    "Length of a static KV cache for prompts of up to `prompt_length` tokens and `completion_length` new tokens, in whole blocks: prompts of nearby lengths share one cache shape, so a compiled decoding step is not recompiled."
+    check_int("block", block, 1)
+    return -(-(prompt_length + completion_length) // block) * block
+
 # %% ../../nbs/26_trainer.ipynb #966b8c7b
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
@@ -323,6 +358,7 @@ class OTGRPOTrainer(GRPOTrainer):
         if not isinstance(args, OTGRPOConfig):
             raise ValueError(f"args must be an OTGRPOConfig, got {type(args).__name__}")
         paired = paired_prompts(train_dataset, args, make_pair)
+        if isinstance(model, torch.nn.Module): replace_input_grads_hooks(model)   # before TRL's first checkpointing call
         pairs = args.generation_batch_size // (2 * args.num_generations)
         if len(paired) < pairs:
             raise ValueError(f"train_dataset has {len(paired)} pairs, fewer than the {pairs} prompt pairs of one "
@@ -341,11 +377,16 @@ class OTGRPOTrainer(GRPOTrainer):
                              "FSDP shard them: leave it False there")
         if args.compile_generation: self.generation_config.disable_compile = False   # TRL's HF generation sets it True
 
-    def _generate_single_turn(self, *args, **kwargs):
-        "TRL's generation; with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`)."
-        if not self.args.merge_lora_for_generation: return super()._generate_single_turn(*args, **kwargs)
-        with merged_lora_weights(self.accelerator.unwrap_model(self.model)):
-            return super()._generate_single_turn(*args, **kwargs)
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`)."
+        model = self.accelerator.unwrap_model(self.model)
+        replace_input_grads_hooks(model)   # also when TRL wrapped a plain model in peft after __init__'s call
+        if not self.args.use_vllm and str(self.generation_config.cache_implementation).endswith("static"):
+            self.generation_config.max_cache_len = static_cache_length(max(map(len, prompt_ids)),
+                                                                       self.args.max_completion_length)
+        merged = merged_lora_weights(model) if self.args.merge_lora_for_generation else nullcontext()
+        with without_input_grads_hooks(model), merged:
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
     def _get_train_sampler(self, dataset=None) -> Sampler:
         dataset = self.train_dataset if dataset is None else dataset
