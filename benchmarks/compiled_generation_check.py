@@ -4,7 +4,7 @@ adapted layer's weight storage for a merged copy at every generation)? A CUDA gr
 pointers, or a compiled graph that kept its first weights, would sample stale completions.
 
 Trains the tiny model a few steps twice from one seed, compiled and not, and compares every sampled completion token
-for token. Before each generation the adapter's `lora_B` moves by seeded noise (the tiny model earns no reward, so
+for token. Before each generation the sampler is reseeded and the adapter's `lora_B` moves by seeded noise (the tiny model earns no reward, so
 training alone would leave the weights where they were and the check would prove nothing). transformers compiles on
 GPUs only; on the CPU the script forces it (`CompileConfig._compile_all_devices`, inductor's default mode, no CUDA
 graphs); on a GPU it keeps transformers' default (mode "reduce-overhead": CUDA graphs). Float32 on either device, so
@@ -54,6 +54,9 @@ def sampled_completions(examples, compiled: bool, merge: bool, steps: int, devic
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if "lora_B" in name: p.add_(torch.randn(p.shape, generator=noise).to(p) * 0.05)
+        # the sampler's random stream restarts at each generation: whatever the compilation draws from the generator
+        # (it may run kernels on random inputs) cannot shift the compiled run's sampling against the eager run's
+        torch.manual_seed(1000 + len(sampled))
         t0 = time.perf_counter()
         ids, logprobs = generate(*args, **kwargs)
         seconds.append(time.perf_counter() - t0); sampled.append(ids)
