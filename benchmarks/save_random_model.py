@@ -1,0 +1,38 @@
+"""Save a random-weight Qwen2.5-VL of a released architecture (3B, 7B) or the tiny one, with the tiny model's
+tokenizer and processor, to a folder: what vLLM, which builds its engine from a folder, evaluates in
+`vllm_device_check.sh` (no weights can be downloaded here or on the lent GPU machines).
+
+    python benchmarks/save_random_model.py --arch tiny --out /tmp/random-tiny     # CPU, seconds
+    python benchmarks/save_random_model.py --arch 3B --out /tmp/random-3B         # GPU machine, bf16
+"""
+import argparse
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig
+
+from bench_step_time import RELEASED_PIXELS, build_model, model_config
+
+
+def save_random_model(arch: str, out, device: str = "cpu") -> Path:
+    "Write a random `arch` model (bf16 on a GPU, float32 on the CPU) and the tiny processor to `out`; the folder."
+    from consistency_amp.training.models import TINY_MODEL, load_processor
+    processor = load_processor(TINY_MODEL)
+    if arch != "tiny": processor.image_processor.size = dict(RELEASED_PIXELS)   # the released models' image budget
+    tokenizer = processor.tokenizer
+    model = build_model(model_config(arch, tokenizer), device, torch.float32 if device == "cpu" else torch.bfloat16)
+    model.generation_config = GenerationConfig(bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
+                                               eos_token_id=[tokenizer.eos_token_id,
+                                                             tokenizer.convert_tokens_to_ids("<|endoftext|>")])
+    out = Path(out); model.save_pretrained(out); processor.save_pretrained(out)
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", default="3B", choices=("3B", "7B", "tiny"))
+    ap.add_argument("--out", required=True, type=Path, help="the folder to write (must not exist)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    if args.out.exists(): ap.error(f"--out {args.out} exists: give a new folder")
+    print(f"random {args.arch} model saved to {save_random_model(args.arch, args.out, args.device)}")

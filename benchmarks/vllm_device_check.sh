@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# vLLM with the paired trainer on a lent GPU machine (issue 23): assemble vLLM 0.26.0 from the parts carried by the
+# earlier calls (tools/pack_vllm_for_device.sh; one call per part copies it to .vllm/received, which the machine keeps
+# between calls while it stays warm: an ignored path not carried), install it beside the
+# carried wheels (.whl), then time a real training step through TRL's vLLM generation (colocate) and an evaluation
+# through `--backend vllm`, each under its own time limit. Everything lands in $OUT.
+#
+#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=150 bash benchmarks/vllm_device_check.sh      # carry [".whl", ".vllm/sums"]
+# The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts".
+set -u
+REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
+ARCH=${ARCH:-3B}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-150}
+cd "$REPO/.vllm/received" 2>/dev/null && cat part_* > /tmp/site.tar.xz && cd /tmp && sha256sum -c "$REPO/.vllm/sums/SHA256SUMS" ||
+  { echo "vllm_device_check: the parts in .vllm/received are incomplete (the machine was released between calls?):";
+    ls -la "$REPO/.vllm/received"; exit 2; }
+mkdir -p /tmp/vsite && xz -T0 -dc site.tar.xz | tar -C /tmp/vsite -xf - && rm site.tar.xz || exit 2
+cd "$REPO"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
+# vLLM's FlashInfer sampler compiles its kernels on first use: the PyTorch sampler needs no compiler and no time
+export PYTHONPATH=/tmp/site:/tmp/vsite:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
+python3 -c "import torch, vllm, trl; print('vllm', vllm.__version__, 'torch', torch.__version__, 'trl', trl.__version__)" \
+  > "$OUT/vllm_import.txt" 2>&1; echo "import rc $?"; tail -3 "$OUT/vllm_import.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$OUT/vllm_import.txt"
+log=$OUT/step_time_${ARCH}_256_vllm.log
+timeout "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length 256 --pairings minimal \
+  --use-vllm colocate --steps 2 --warmup 1 --json "$OUT/step_time_${ARCH}_256_vllm.json" > "$log" 2>&1
+echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|Error|error" "$log" | tail -12
+python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH" > /dev/null 2>&1 || echo "save_random_model failed"
+log=$OUT/eval_vllm_${ARCH}.log; start=$(date +%s)
+timeout "$EVAL_TIMEOUT" python3 -m consistency_amp.evaluation.evaluate --model "/tmp/random-$ARCH" --backend vllm \
+  --tasks depth --sources SUNRGBD --max_examples 200 --consistency_samples 0 --runs_dir /tmp/vllm_runs > "$log" 2>&1
+echo "evaluation rc $? in $(( $(date +%s) - start )) s (engine start included)"; grep -v "^\s*$" "$log" | tail -8

@@ -1,0 +1,30 @@
+"""benchmarks/save_random_model.py (what vllm_device_check.sh hands vLLM): the folder it writes is a model the
+evaluation loads by name, with the tiny processor; it never writes over an existing folder."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "save_random_model.py"
+
+
+def test_saved_model_is_evaluated_and_never_overwritten(tmp_path):
+    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    folder = tmp_path / "random-tiny"
+    made = subprocess.run([sys.executable, str(SCRIPT), "--arch", "tiny", "--out", str(folder), "--device", "cpu"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json"} <= {p.name for p in folder.iterdir()}
+    assert json.loads((folder / "config.json").read_text())["model_type"] == "qwen2_5_vl"
+    again = subprocess.run([sys.executable, str(SCRIPT), "--arch", "tiny", "--out", str(folder), "--device", "cpu"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode != 0 and "--out" in again.stderr and "exists" in again.stderr
+    evaluated = subprocess.run([sys.executable, "-m", "consistency_amp.evaluation.evaluate", "--model", str(folder),
+                                "--tasks", "depth", "--sources", "SUNRGBD", "--max_examples", "2",
+                                "--consistency_samples", "0", "--runs_dir", str(tmp_path / "runs")],
+                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    results = json.loads((tmp_path / "runs" / "external-random-tiny" / "eval" / "test-first2.json").read_text())
+    assert results, "the evaluation wrote no results"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Pack vLLM 0.26.0 and the Python packages it imports that the lent GPU machines lack, for carrying there in parts.
+#
+# Why: the machines have no vLLM and no network; a call carries at most 64 MiB (working tree included, ~25 MB), and
+# vLLM's wheel alone is 290 MB. vLLM 0.26.0 is the release pinned to the machines' torch 2.11.0 (CUDA 13), within
+# TRL 1.16's supported range (0.22-0.31). benchmarks/vllm_device_requirements.txt lists vLLM and its import-time
+# closure minus what the machines already hold (KINDS.md's list; torch, triton, torchvision and the nvidia-* libraries
+# stay theirs), resolved by pip for Python 3.12. The packages are installed for Python 3.12 into one folder, packed
+# with xz (~250 MB: the wheels' deflate leaves much to xz) and split into parts that each fit one call beside the tree.
+#
+#   bash tools/pack_vllm_for_device.sh          # ~5 min on 2 cores; writes .vllm/ (git-ignored)
+# Then, on the device, one call per part and a last one: benchmarks/README.md, "vLLM on the GPU, in parts".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.vllm/' .git/info/exclude 2>/dev/null || echo '/.vllm/' >> .git/info/exclude
+PART_BYTES=${PART_BYTES:-38000000}
+PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+  --platform manylinux_2_24_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_31_x86_64
+  --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64"
+rm -rf .vllm && mkdir -p .vllm/wheels
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLATFORMS \
+  -d .vllm/wheels -r benchmarks/vllm_device_requirements.txt
+python3 -m pip install -q --no-deps --no-compile --no-index --only-binary=:all: --python-version 3.12 --implementation cp \
+  $PLATFORMS --target .vllm/site .vllm/wheels/*.whl
+tar -C .vllm/site -cf - . | xz -T2 -6 > .vllm/site.tar.xz
+split -b "$PART_BYTES" -d -a 2 .vllm/site.tar.xz .vllm/part_
+mkdir -p .vllm/sums && (cd .vllm && sha256sum site.tar.xz > sums/SHA256SUMS && rm -rf site wheels site.tar.xz)
+for part in .vllm/part_*; do mkdir -p ".vllm/p${part##*_}" && mv "$part" ".vllm/p${part##*_}/"; done   # a folder each: one carry
+echo "pack_vllm_for_device: $(ls -d .vllm/p* | wc -l) parts (.vllm/p00 ...) of at most $PART_BYTES bytes; $(cat .vllm/sums/SHA256SUMS)"
