@@ -322,8 +322,8 @@ def _transformers_model(model):
 def replace_input_grads_hooks(model) -> None:
     "Make `enable_input_require_grads` of the transformers model under `model` replace the input-gradient hooks it set before, instead of adding a set at each call."
     base = _transformers_model(model)
-    enable = base.enable_input_require_grads
-    if getattr(enable, "replaces_hooks", False): return
+    enable = getattr(base, "enable_input_require_grads", None)   # absent on a model that is not transformers'
+    if enable is None or getattr(enable, "replaces_hooks", False): return
     def enable_replacing():
         base.disable_input_require_grads(); enable()
     enable_replacing.replaces_hooks = True
