@@ -13,8 +13,11 @@ the two runs should agree to the token (bf16 exactness of the merged path: `gpu_
     OMP_NUM_THREADS=1 python benchmarks/compiled_generation_check.py            # CPU: ~2 min (the compile is ~1 min)
     python benchmarks/compiled_generation_check.py --merge --steps 4            # merged weights, compiled
     python benchmarks/compiled_generation_check.py --gradient-checkpointing     # as on a GPU: one graph, or recompiles?
+    TORCH_LOGS=graph_breaks python benchmarks/compiled_generation_check.py --gradient-checkpointing --stock-hooks
+                                             # TRL's input-gradient hooks as they are: graph breaks under torch 2.11
 """
 import argparse, tempfile, time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -22,6 +25,7 @@ import transformers
 from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
+import consistency_amp.training.trainer as trainer_module
 from consistency_amp.training.models import load_model
 from consistency_amp.training.trainer import OTGRPOConfig, OTGRPOTrainer
 from consistency_amp.world.synthetic import make_synthetic_world
@@ -73,7 +77,13 @@ if __name__ == "__main__":
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--gradient-checkpointing", action="store_true",
                     help="train with gradient checkpointing, as on a GPU (TRL toggles it around each generation)")
+    ap.add_argument("--stock-hooks", action="store_true",
+                    help="leave TRL's input-gradient hooks as they are (they pile up, and stay on while sampling): the "
+                         "trainer's replace_input_grads_hooks and without_input_grads_hooks switched off, to see their effect")
     args = ap.parse_args()
+    if args.stock_hooks:   # the trainer calls both by these names in _generate_single_turn and __init__
+        trainer_module.replace_input_grads_hooks = lambda model: None
+        trainer_module.without_input_grads_hooks = lambda model: nullcontext()
     examples = tiny_examples()
     compiled, compiled_s = sampled_completions(examples, True, args.merge, args.steps, args.device,
                                                args.gradient_checkpointing)
@@ -81,9 +91,12 @@ if __name__ == "__main__":
     eager, eager_s = sampled_completions(examples, False, args.merge, args.steps, args.device,
                                          args.gradient_checkpointing)
     same = [a == b for a, b in zip(compiled, eager)]
-    print(f"device {args.device}, merged weights {args.merge}, gradient checkpointing {args.gradient_checkpointing}, "
+    hooks = "as TRL leaves them" if args.stock_hooks else "the trainer's (none while sampling)"
+    print(f"torch {torch.__version__}, device {args.device}, merged weights {args.merge}, gradient checkpointing "
+          f"{args.gradient_checkpointing}, input-gradient hooks {hooks}, "
           f"{args.steps} steps, weights moved before each generation")
     print(f"compiled graphs {graphs} (one: never recompiled from step to step), graph breaks {breaks}")
+    for reason, n in counters["graph_break"].items(): print(f"  graph break x{n}: {reason.strip().splitlines()[0][:200]}")
     print("generate seconds, compiled:", [round(s, 3) for s in compiled_s], " eager:", [round(s, 3) for s in eager_s])
     print(f"the same completions, token for token, per step: {same}")
     if not all(same) or len(same) != args.steps: raise SystemExit("compiled decoding sampled other completions")
