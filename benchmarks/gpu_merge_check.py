@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_step_time as b
 from consistency_amp.training.models import TINY_MODEL, freeze_vision_tower, load_processor, lora_config
 from consistency_amp.training.train import TrainParams, train_examples
-from consistency_amp.training.fast_generation import merged_lora_weights
+from consistency_amp.training.generation import merged_lora_weights
 from consistency_amp.world.prompts import make_prompt_pair
 
 ap = argparse.ArgumentParser(); ap.add_argument("--arch", default="7B"); ap.add_argument("--rows", type=int, default=16)

@@ -6,6 +6,9 @@
 # through `--backend vllm`, each under its own time limit. Everything lands in $OUT.
 #
 #   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=150 bash benchmarks/vllm_device_check.sh      # carry [".whl", ".vllm/sums"]
+# 7B colocated: its training peaks at 63 GiB beside the engine's 35% share of an 80 GB card, so the engine must sleep
+# (TRL frees its weights and KV cache while the trainer runs, and re-sends the weights before each generation):
+#   ARCH=7B TRAINER_ARGS='{"vllm_enable_sleep_mode": true}' bash benchmarks/vllm_device_check.sh
 # The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts".
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
@@ -23,7 +26,8 @@ python3 -c "import torch, vllm, trl; print('vllm', vllm.__version__, 'torch', to
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$OUT/vllm_import.txt"
 log=$OUT/step_time_${ARCH}_256_vllm.log
 timeout "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length 256 --pairings minimal \
-  --use-vllm colocate --steps 2 --warmup 1 --json "$OUT/step_time_${ARCH}_256_vllm.json" > "$log" 2>&1
+  --use-vllm colocate --steps 2 --warmup 1 --trainer-args "${TRAINER_ARGS:-{\}}" \
+  --json "$OUT/step_time_${ARCH}_256_vllm.json" > "$log" 2>&1
 echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|Error|error" "$log" | tail -12
 python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH" > /dev/null 2>&1 || echo "save_random_model failed"
 log=$OUT/eval_vllm_${ARCH}.log; start=$(date +%s)

@@ -22,8 +22,8 @@ from trl import GRPOConfig, GRPOTrainer
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
 from .image_features import install_image_cache
-from consistency_amp.training.fast_generation import (merged_lora_weights, replace_input_grads_hooks, static_cache_length,
-    without_input_grads_hooks)
+from .generation import (merged_lora_weights, out_of_place_merges, replace_input_grads_hooks,
+    static_cache_length, without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
     check_paired_dataset, load_image, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
@@ -321,14 +321,17 @@ class OTGRPOTrainer(GRPOTrainer):
         if args.compile_generation: self.generation_config.disable_compile = False   # TRL's HF generation sets it True
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`)."
+        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`); with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
         model = self.accelerator.unwrap_model(self.model)
         replace_input_grads_hooks(model)   # also when TRL wrapped a plain model in peft after __init__'s call
         if not self.args.use_vllm and str(self.generation_config.cache_implementation).endswith("static"):
             self.generation_config.max_cache_len = static_cache_length(max(map(len, prompt_ids)),
                                                                        self.args.max_completion_length)
-        merged = merged_lora_weights(model) if self.args.merge_lora_for_generation else nullcontext()
-        with without_input_grads_hooks(model), merged:
+        if self.args.merge_lora_for_generation: weights = merged_lora_weights(model)
+        elif self.args.use_vllm and not (self.is_deepspeed_enabled or self.is_fsdp_enabled):
+            weights = out_of_place_merges(self.vllm_generation.model)   # TRL's weight sync merges in place: bf16 drift
+        else: weights = nullcontext()
+        with without_input_grads_hooks(model), weights:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
     def _get_train_sampler(self, dataset=None) -> Sampler:
