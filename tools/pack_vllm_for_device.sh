@@ -6,14 +6,17 @@
 # TRL 1.16's supported range (0.22-0.31). benchmarks/vllm_device_requirements.txt lists vLLM and its import-time
 # closure minus what the machines already hold (KINDS.md's list; torch, triton, torchvision and the nvidia-* libraries
 # stay theirs), resolved by pip for Python 3.12. The packages are installed for Python 3.12 into one folder, packed
-# with xz (~250 MB: the wheels' deflate leaves much to xz) and split into parts that each fit one call beside the tree.
+# with xz (~238 MB at -9e: the wheels' deflate leaves much to xz) and split into parts that each fit one call beside the tree.
 #
 #   bash tools/pack_vllm_for_device.sh          # ~5 min on 2 cores; writes .vllm/ (git-ignored)
 # Then, on the device, one call per part and a last one: benchmarks/README.md, "vLLM on the GPU, in parts".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.vllm/' .git/info/exclude 2>/dev/null || echo '/.vllm/' >> .git/info/exclude
-PART_BYTES=${PART_BYTES:-38000000}
+# a call carries the tree (tracked and untracked-unignored files) and one part: each part fills what 64 MiB leaves,
+# less 2 MiB of slack (with a 25.3 MB tree: 6 parts of 39.7 MB at xz -9e, where -6 and 38 MB parts made 7)
+TREE_BYTES=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {print s}')
+PART_BYTES=${PART_BYTES:-$(( 64 * 1024 * 1024 - TREE_BYTES - 2 * 1024 * 1024 ))}
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
   --platform manylinux_2_24_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_31_x86_64
   --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64"
@@ -22,8 +25,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   -d .vllm/wheels -r benchmarks/vllm_device_requirements.txt
 python3 -m pip install -q --no-deps --no-compile --no-index --only-binary=:all: --python-version 3.12 --implementation cp \
   $PLATFORMS --target .vllm/site .vllm/wheels/*.whl
-tar -C .vllm/site -cf - . | xz -T2 -6 > .vllm/site.tar.xz
+tar -C .vllm/site -cf - . | xz -T2 -9e > .vllm/site.tar.xz   # 238 MB (-6: 250 MB); about 5 minutes on 2 cores
 split -b "$PART_BYTES" -d -a 2 .vllm/site.tar.xz .vllm/part_
 mkdir -p .vllm/sums && (cd .vllm && sha256sum site.tar.xz > sums/SHA256SUMS && rm -rf site wheels site.tar.xz)
 for part in .vllm/part_*; do mkdir -p ".vllm/p${part##*_}" && mv "$part" ".vllm/p${part##*_}/"; done   # a folder each: one carry
-echo "pack_vllm_for_device: $(ls -d .vllm/p* | wc -l) parts (.vllm/p00 ...) of at most $PART_BYTES bytes; $(cat .vllm/sums/SHA256SUMS)"
+echo "pack_vllm_for_device: $(ls -d .vllm/p* | wc -l) parts (.vllm/p00 ...) of at most $PART_BYTES bytes beside a tree of $TREE_BYTES; $(cat .vllm/sums/SHA256SUMS)"
