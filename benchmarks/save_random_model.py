@@ -4,6 +4,8 @@ tokenizer and processor, to a folder: what vLLM, which builds its engine from a 
 
     python benchmarks/save_random_model.py --arch tiny --out /tmp/random-tiny     # CPU, seconds
     python benchmarks/save_random_model.py --arch 3B --out /tmp/random-3B         # GPU machine, bf16
+    python benchmarks/save_random_model.py --arch 3B --out /tmp/random-3B --adapter-out /tmp/random-3B-lora
+                                     # and a LoRA adapter on it, as a run saves one: what vLLM gets as a LoRARequest
 """
 import argparse
 from pathlib import Path
@@ -28,11 +30,28 @@ def save_random_model(arch: str, out, device: str = "cpu") -> Path:
     return out
 
 
+def save_random_adapter(model_folder, out, seed: int = 0, device: str = "cpu") -> Path:
+    "Put the project's LoRA (`training.models.load_model`: r = 32 on the language model) on the model in `model_folder`, move `lora_B` off zero by seeded noise (so the adapter changes the answers), and save it as a run saves its adapter; the folder."
+    from consistency_amp.training.models import load_model
+    model, _ = load_model(model_folder, device=device)
+    noise = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name: p.copy_((torch.randn(p.shape, generator=noise) * 0.02).to(p))
+    model.save_pretrained(out)
+    return Path(out)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="3B", choices=("3B", "7B", "tiny"))
     ap.add_argument("--out", required=True, type=Path, help="the folder to write (must not exist)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--adapter-out", type=Path, default=None,
+                    help="also save a random LoRA adapter of the project's configuration on that model here (must not exist)")
     args = ap.parse_args()
-    if args.out.exists(): ap.error(f"--out {args.out} exists: give a new folder")
+    for name, folder in (("--out", args.out), ("--adapter-out", args.adapter_out)):
+        if folder is not None and folder.exists(): ap.error(f"{name} {folder} exists: give a new folder")
     print(f"random {args.arch} model saved to {save_random_model(args.arch, args.out, args.device)}")
+    if args.adapter_out is not None:
+        print(f"random LoRA adapter saved to {save_random_adapter(args.out, args.adapter_out, device=args.device)}")

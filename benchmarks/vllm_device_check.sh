@@ -5,14 +5,17 @@
 # carried wheels (.whl), then time a real training step through TRL's vLLM generation (colocate) and an evaluation
 # through `--backend vllm`, each under its own time limit. Everything lands in $OUT.
 #
-#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=150 bash benchmarks/vllm_device_check.sh      # carry [".whl", ".vllm/sums"]
+#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=150 LORA_EVAL_TIMEOUT=100 BUDGET=570 bash benchmarks/vllm_device_check.sh
+#                                                  # carry [".whl", ".vllm/sums"], timeout_s 590
 # 7B colocated: its training peaks at 63 GiB beside the engine's 35% share of an 80 GB card, so the engine must sleep
 # (TRL frees its weights and KV cache while the trainer runs, and re-sends the weights before each generation):
 #   ARCH=7B TRAINER_ARGS='{"vllm_enable_sleep_mode": true}' bash benchmarks/vllm_device_check.sh
 # The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts".
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
-ARCH=${ARCH:-3B}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-150}
+ARCH=${ARCH:-3B}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-150}; LORA_EVAL_TIMEOUT=${LORA_EVAL_TIMEOUT:-100}
+BUDGET=${BUDGET:-570}   # seconds for the whole script: each evaluation is cut to what is left of it (the call allows 600)
+within() { local left=$((BUDGET - SECONDS)); echo $(( left < $1 ? (left > 0 ? left : 1) : $1 )); }
 cd "$REPO/.vllm/received" 2>/dev/null && cat part_* > /tmp/site.tar.xz && cd /tmp && sha256sum -c "$REPO/.vllm/sums/SHA256SUMS" ||
   { echo "vllm_device_check: the parts in .vllm/received are incomplete (the machine was released between calls?):";
     ls -la "$REPO/.vllm/received"; exit 2; }
@@ -29,8 +32,15 @@ timeout "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --c
   --use-vllm colocate --steps 2 --warmup 1 --trainer-args "${TRAINER_ARGS:-{\}}" \
   --json "$OUT/step_time_${ARCH}_256_vllm.json" > "$log" 2>&1
 echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|Error|error" "$log" | tail -12
-python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH" > /dev/null 2>&1 || echo "save_random_model failed"
+python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH" --adapter-out "/tmp/random-$ARCH-lora" \
+  > "$OUT/save_random_model.log" 2>&1 || { echo "save_random_model failed"; tail -5 "$OUT/save_random_model.log"; }
 log=$OUT/eval_vllm_${ARCH}.log; start=$(date +%s)
-timeout "$EVAL_TIMEOUT" python3 -m consistency_amp.evaluation.evaluate --model "/tmp/random-$ARCH" --backend vllm \
+timeout "$(within "$EVAL_TIMEOUT")" python3 -m consistency_amp.evaluation.evaluate --model "/tmp/random-$ARCH" --backend vllm \
   --tasks depth --sources SUNRGBD --max_examples 200 --consistency_samples 0 --runs_dir /tmp/vllm_runs > "$log" 2>&1
 echo "evaluation rc $? in $(( $(date +%s) - start )) s (engine start included)"; grep -v "^\s*$" "$log" | tail -8
+# a run's evaluation: the same model with a LoRA adapter as the trainer saves one, served as a LoRARequest
+log=$OUT/eval_vllm_${ARCH}_lora.log; start=$(date +%s)
+timeout "$(within "$LORA_EVAL_TIMEOUT")" python3 -m consistency_amp.evaluation.evaluate --model "/tmp/random-$ARCH" \
+  --adapter "/tmp/random-$ARCH-lora" --backend vllm --tasks depth --sources SUNRGBD --max_examples 50 \
+  --consistency_samples 0 --runs_dir /tmp/vllm_runs > "$log" 2>&1
+echo "evaluation with a LoRA adapter rc $? in $(( $(date +%s) - start )) s (engine start included)"; grep -v "^\s*$" "$log" | tail -6

@@ -28,3 +28,22 @@ def test_saved_model_is_evaluated_and_never_overwritten(tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     results = json.loads((tmp_path / "runs" / "external-random-tiny" / "eval" / "test-first2.json").read_text())
     assert results, "the evaluation wrote no results"
+
+
+def test_saved_adapter_loads_and_changes_the_answers(tmp_path):
+    "The random adapter is the project's LoRA (r, targets) as a run saves it, and it moves the model's logits."
+    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    folder, adapter = tmp_path / "random-tiny", tmp_path / "random-tiny-lora"
+    made = subprocess.run([sys.executable, str(SCRIPT), "--arch", "tiny", "--out", str(folder), "--device", "cpu",
+                           "--adapter-out", str(adapter)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    import torch
+    from consistency_amp.training.models import LORA_R, load_model
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["r"] == LORA_R and (adapter / "adapter_model.safetensors").is_file()
+    base, processor = load_model(str(folder), lora=False, device="cpu")
+    tuned, _ = load_model(str(folder), adapter=str(adapter), device="cpu")
+    inputs = processor(text=["Is the chair closer than the table?"], return_tensors="pt")
+    with torch.no_grad():
+        assert (base(**inputs).logits - tuned(**inputs).logits).abs().max() > 1e-3
