@@ -19,7 +19,7 @@ seconds per step for each pairing, the ratio minimal / random, a breakdown of th
 `--profile` records one more step after the warm-up (not counted in the timings) with `torch.profiler` and prints
 where its time goes: the step's regions, the top operators and the top Python frames by self time (`step_profile.py`).
 """
-import argparse, json, os, platform, statistics, tempfile, time, warnings
+import argparse, json, os, platform, statistics, tempfile, time, types, warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -116,17 +116,19 @@ NO_CACHE = ":no-image-cache"   # suffix of an arm that runs its pairing with the
 NO_DROPOUT = ":lora-dropout-0"  # suffix of an arm that runs its pairing with every LoRA dropout set to p = 0
 MERGED = ":merged-generation"   # suffix of an arm that samples from the merged LoRA weights (merge_lora_for_generation)
 COMPILED = ":compiled-generation"   # suffix of an arm whose decoding transformers compiles (compile_generation)
+UNCAST = ":lora-input-uncast"   # suffix of an arm whose LoRA layers skip peft's input cast where autocast is on
 
 
 def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False,
-         compiled_arm: bool = False) -> list[str]:
+         compiled_arm: bool = False, uncast_arm: bool = False) -> list[str]:
     """The timed arms: each pairing (with the image cache unless `image_cache` is 'off'), without the cache for
-    'both', with LoRA dropout 0 if `dropout_arm`, sampling from merged weights if `merged_arm`, and with compiled
-    decoding if `compiled_arm`."""
+    'both', with LoRA dropout 0 if `dropout_arm`, sampling from merged weights if `merged_arm`, with compiled
+    decoding if `compiled_arm`, and without the LoRA layers' input casts under autocast if `uncast_arm`."""
     return (list(pairings) + ([p + NO_CACHE for p in pairings] if image_cache == "both" else [])
             + ([p + NO_DROPOUT for p in pairings] if dropout_arm else [])
             + ([p + MERGED for p in pairings] if merged_arm else [])
-            + ([p + COMPILED for p in pairings] if compiled_arm else []))
+            + ([p + COMPILED for p in pairings] if compiled_arm else [])
+            + ([p + UNCAST for p in pairings] if uncast_arm else []))
 
 
 def arm_settings(arm: str) -> tuple[str, bool, bool]:
@@ -142,6 +144,29 @@ def arm_merged(arm: str) -> bool:
 def arm_compiled(arm: str) -> bool:
     "Does the arm decode with transformers' compiled step on a static cache?"
     return arm.endswith(COMPILED)
+
+
+def arm_uncast(arm: str) -> bool:
+    "Do the arm's LoRA layers skip peft's input cast where autocast is on?"
+    return arm.endswith(UNCAST)
+
+
+def _cast_unless_autocast(layer, x, dtype):
+    "peft's cast of a LoRA layer's input to the adapter's dtype, skipped where autocast would cast it straight back (autocast on, `x` in its dtype)."
+    if x is not None and torch.is_autocast_enabled(x.device.type) and x.dtype == torch.get_autocast_dtype(x.device.type):
+        return x
+    return type(layer)._cast_input_dtype(layer, x, dtype)
+
+
+def set_lora_input_casts(model, under_autocast: bool) -> int:
+    """Make every LoRA layer of `model` cast its input to the adapter's dtype as peft does (`under_autocast`), or only
+    outside autocast (research/lora_cast_probe.py: under it the cast is undone at once); the number of layers."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    for layer in layers:
+        if under_autocast: layer.__dict__.pop("_cast_input_dtype", None)   # peft's own method again
+        else: layer._cast_input_dtype = types.MethodType(_cast_unless_autocast, layer)
+    return len(layers)
 
 
 def set_lora_dropout(model, p: float) -> None:
@@ -243,6 +268,7 @@ def timed_trainer_class():
             self.dropout = None   # the model's LoRA dropout, when an arm switches it off (set by run)
             self.merged_arm = False   # whether arms switch merge_lora_for_generation (set by run)
             self.compiled_arm = False   # whether arms switch compiled decoding on a static cache (set by run)
+            self.uncast_arm = False   # whether arms switch the LoRA layers' input casts under autocast (set by run)
 
         def on_train_begin(self, args, state, control, **kw):
             self.sections.sync(); self.last = time.perf_counter(); self.sections.take()
@@ -253,6 +279,7 @@ def timed_trainer_class():
             if getattr(self.trainer, "image_cache", None) is not None: self.trainer.image_cache.enabled = cache_on
             if self.dropout is not None: set_lora_dropout(self.trainer.model, self.dropout if dropout_on else 0.0)
             if self.merged_arm: args.merge_lora_for_generation = arm_merged(self.arm)
+            if self.uncast_arm: set_lora_input_casts(self.trainer.model, under_autocast=not arm_uncast(self.arm))
             if self.compiled_arm:   # what OTGRPOConfig.compile_generation sets, switched per step
                 generation = self.trainer.generation_config
                 generation.disable_compile, generation.cache_implementation = ((False, "static") if arm_compiled(self.arm)
@@ -266,6 +293,7 @@ def timed_trainer_class():
                                      lora_dropout=arm_settings(self.arm)[2],
                                      merged_generation=bool(args.merge_lora_for_generation),
                                      compiled_generation=not self.trainer.generation_config.disable_compile,
+                                     lora_input_casts_under_autocast=not arm_uncast(self.arm),
                                      seconds=now - self.last,
                                      sections=self.sections.take()))
             if state.is_world_process_zero:  # progress: a long GPU step shows up as it ends, with its breakdown, so
@@ -399,6 +427,10 @@ def parse_args(argv=None):
                     help="for each pairing also an arm that samples from the merged LoRA weights "
                          "(OTGRPOConfig.merge_lora_for_generation), interleaved (ABBA): what peft's LoRA layers cost "
                          "in decoding (not exact: no dropout while sampling, merged rounding)")
+    ap.add_argument("--lora-uncast-arm", action="store_true",
+                    help="for each pairing also an arm whose LoRA layers skip peft's cast of their input to the "
+                         "adapter's float32 where autocast is on (the loss passes under bf16), interleaved (ABBA): what "
+                         "those casts cost (exact with LoRA dropout 0; with dropout, other masks)")
     ap.add_argument("--compiled-generation-arm", action="store_true",
                     help="for each pairing also an arm whose decoding transformers compiles on a static KV cache "
                          "(OTGRPOConfig.compile_generation; CUDA graphs on a GPU, nothing compiled on the CPU), "
@@ -450,7 +482,7 @@ def run(args) -> dict:
                                                                    if args.max_pixels is not None else {}))
     skipped = args.warmup + int(args.profile)   # warm-up steps, then the profiled step: none of them is timed
     timed_arms = arms(args.pairings, args.image_cache, args.lora_dropout_arm, args.merged_generation_arm,
-                      args.compiled_generation_arm)
+                      args.compiled_generation_arm, args.lora_uncast_arm)
     schedule = pairing_schedule(timed_arms, skipped, args.steps)
     gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
     params = TrainParams(task=args.task, source=args.source, pairing=arm_settings(schedule[0])[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
@@ -494,6 +526,7 @@ def run(args) -> dict:
         trainer.add_callback(clock)
         clock.merged_arm = args.merged_generation_arm
         clock.compiled_arm = args.compiled_generation_arm
+        clock.uncast_arm = args.lora_uncast_arm
         if args.lora_dropout_arm:
             clock.dropout = next(m.p for n, m in model.named_modules()
                                  if isinstance(m, torch.nn.Dropout) and ".lora_dropout." in f".{n}.")
@@ -581,7 +614,8 @@ def report(result: dict) -> str:
                          f"{against} ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); generate "
                          f"{r['generate_s']:.3f} vs {base['generate_s']:.3f}, loss+bwd {r['loss_backward_s']:.3f} vs "
                          f"{base['loss_backward_s']:.3f}")
-        for suffix, what in ((NO_CACHE, "image cache"), (NO_DROPOUT, "LoRA dropout")):
+        for suffix, what in ((NO_CACHE, "image cache"), (NO_DROPOUT, "LoRA dropout"),
+                             (UNCAST, "LoRA input casts under autocast")):
             if arm.endswith(suffix) and arm_settings(arm)[0] in s:
                 on = s[arm_settings(arm)[0]]
                 lines.append(f"{what}, {arm_settings(arm)[0]}: {on['mean_s']:.3f} s/step with, {r['mean_s']:.3f} "

@@ -99,6 +99,17 @@ def test_cpu_compiled_generation_arm(tmp_path):
     assert "compiled decoding, minimal:" in stdout
 
 
+def test_cpu_lora_uncast_arm(tmp_path):
+    "--lora-uncast-arm interleaves steps whose LoRA layers skip the input cast under autocast (a no-op in float32)."
+    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
+                               "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
+                               "--lora-uncast-arm")
+    timed = result["steps_record"][1:]
+    assert [r["arm"] for r in timed] == ["minimal", "minimal:lora-input-uncast"]
+    assert [r["lora_input_casts_under_autocast"] for r in timed] == [True, False]
+    assert "LoRA input casts under autocast, minimal:" in stdout
+
+
 @pytest.mark.parametrize("arch, hub_total", [("3B", 3.75e9), ("7B", 8.29e9)])
 def test_architectures_have_released_parameter_counts(bench, arch, hub_total):
     total = bench.parameter_count(arch)
@@ -137,6 +148,9 @@ def test_arms_and_their_settings(bench):
     assert bench.arms(["minimal"], "on", False, False, True) == ["minimal", "minimal:compiled-generation"]
     assert bench.arm_settings("minimal:compiled-generation") == ("minimal", True, True)
     assert bench.arm_compiled("minimal:compiled-generation") and not bench.arm_compiled("minimal:merged-generation")
+    assert bench.arms(["minimal"], "on", uncast_arm=True) == ["minimal", "minimal:lora-input-uncast"]
+    assert bench.arm_settings("minimal:lora-input-uncast") == ("minimal", True, True)
+    assert bench.arm_uncast("minimal:lora-input-uncast") and not bench.arm_uncast("minimal:compiled-generation")
     from consistency_amp.training.models import load_model
     model, _ = load_model()
     bench.set_lora_dropout(model, 0.0)
@@ -193,3 +207,43 @@ def test_profile_tables_count_gpu_regions_and_kernels_once():
     assert t["regions"]["generate"] == dict(calls=1, wall_ms=1.0, device_ms=0.6)
     assert t["device"] == "cuda" and t["device_kernel_ms"] == 0.4   # the kernel once; the runtime's queue wait is none
     assert t["with_stack"] is False and "Python stacks off" in step_profile.format_tables(t)
+
+
+def test_lora_input_casts_switch_changes_no_number(bench):
+    """--lora-uncast-arm's switch: under autocast (bf16 on the CPU) the LoRA layers skip peft's cast of their input to
+    float32, and logits and gradients stay bitwise those of peft's path (LoRA dropout 0); outside autocast (as in
+    TRL's generation) they still cast, so a bf16 model with a float32 adapter runs; and the switch undoes."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from consistency_amp.training.models import load_model
+    model, processor = load_model(dtype=torch.bfloat16, lora_dropout=0.0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name: p.normal_(0, 0.02)   # made zero: an adapter that matters
+    inputs = processor(text=["Is the chair closer to the camera than the table?"] * 2, return_tensors="pt")
+    casts, cast = [], BaseTunerLayer._cast_input_dtype
+    def counted(self, x, dtype):
+        if x is not None and x.dtype != dtype: casts.append(torch.is_autocast_enabled("cpu"))
+        return cast(self, x, dtype)
+    def forward_backward():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(**inputs).logits
+        logits.float().logsumexp(-1).mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        return logits, grads
+    try:
+        BaseTunerLayer._cast_input_dtype = counted
+        peft_logits, peft_grads = forward_backward()
+        assert casts and all(casts)                                     # peft casts under autocast
+        layers = bench.set_lora_input_casts(model, under_autocast=False)
+        casts.clear()
+        logits, grads = forward_backward()
+        assert layers > 0 and casts == []                               # ... and now does not
+        assert torch.equal(logits, peft_logits) and peft_grads.keys() == grads.keys()
+        assert all(torch.equal(grads[n], peft_grads[n]) for n in grads)
+        with torch.no_grad(): model(**inputs)                           # no autocast: it casts, and runs
+        assert casts and not any(casts)
+        bench.set_lora_input_casts(model, under_autocast=True)
+        assert not any("_cast_input_dtype" in m.__dict__ for m in model.modules())
+    finally:
+        BaseTunerLayer._cast_input_dtype = cast
