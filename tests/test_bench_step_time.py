@@ -212,7 +212,8 @@ def test_profile_tables_count_gpu_regions_and_kernels_once():
 def test_lora_input_casts_switch_changes_no_number(bench):
     """--lora-uncast-arm's switch: under autocast (bf16 on the CPU) the LoRA layers skip peft's cast of their input to
     float32, and logits and gradients stay bitwise those of peft's path (LoRA dropout 0); outside autocast (as in
-    TRL's generation) they still cast, so a bf16 model with a float32 adapter runs; and the switch undoes."""
+    TRL's generation) they still cast, so a bf16 model with a float32 adapter runs; gradient checkpointing's
+    recomputation agrees; and the switch undoes."""
     from peft.tuners.tuners_utils import BaseTunerLayer
     from consistency_amp.training.models import load_model
     model, processor = load_model(dtype=torch.bfloat16, lora_dropout=0.0)
@@ -243,6 +244,11 @@ def test_lora_input_casts_switch_changes_no_number(bench):
         assert all(torch.equal(grads[n], peft_grads[n]) for n in grads)
         with torch.no_grad(): model(**inputs)                           # no autocast: it casts, and runs
         assert casts and not any(casts)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()                              # the GPU's configuration: recomputed layers
+        checkpointed_logits, checkpointed_grads = forward_backward()     # take the same path as their forward
+        assert torch.equal(checkpointed_logits, peft_logits)
+        assert all(torch.equal(checkpointed_grads[n], peft_grads[n]) for n in peft_grads)
         bench.set_lora_input_casts(model, under_autocast=True)
         assert not any("_cast_input_dtype" in m.__dict__ for m in model.modules())
     finally:
