@@ -12,7 +12,7 @@
 # Then, on the device, one call per part and a last one: benchmarks/README.md, "vLLM on the GPU, in parts".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.vllm/' .git/info/exclude 2>/dev/null || echo '/.vllm/' >> .git/info/exclude
+for ignored in /.vllm/ /.vllm.new/; do grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude; done
 # a call carries the tree (tracked and untracked-unignored files) and one part: each part fills what 64 MiB leaves,
 # less 2 MiB of slack (with a 25.3 MB tree: 6 parts of 39.7 MB at xz -9e, where -6 and 38 MB parts made 7)
 TREE_BYTES=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {print s}')
@@ -20,13 +20,16 @@ PART_BYTES=${PART_BYTES:-$(( 64 * 1024 * 1024 - TREE_BYTES - 2 * 1024 * 1024 ))}
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
   --platform manylinux_2_24_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_31_x86_64
   --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64"
-rm -rf .vllm && mkdir -p .vllm/wheels
+# built in .vllm.new and swapped in at the end: a failed download or pack leaves the old parts as they were
+W=.vllm.new; rm -rf "$W" && mkdir -p "$W/wheels"
+trap 'echo "pack_vllm_for_device: failed; .vllm/ is unchanged"; rm -rf "$W"' ERR
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLATFORMS \
-  -d .vllm/wheels -r benchmarks/vllm_device_requirements.txt
+  -d $W/wheels -r benchmarks/vllm_device_requirements.txt
 python3 -m pip install -q --no-deps --no-compile --no-index --only-binary=:all: --python-version 3.12 --implementation cp \
-  $PLATFORMS --target .vllm/site .vllm/wheels/*.whl
-tar -C .vllm/site -cf - . | xz -T2 -9e > .vllm/site.tar.xz   # 238 MB (-6: 250 MB); about 5 minutes on 2 cores
-split -b "$PART_BYTES" -d -a 2 .vllm/site.tar.xz .vllm/part_
-mkdir -p .vllm/sums && (cd .vllm && sha256sum site.tar.xz > sums/SHA256SUMS && rm -rf site wheels site.tar.xz)
-for part in .vllm/part_*; do mkdir -p ".vllm/p${part##*_}" && mv "$part" ".vllm/p${part##*_}/"; done   # a folder each: one carry
+  $PLATFORMS --target $W/site $W/wheels/*.whl
+tar -C $W/site -cf - . | xz -T2 -9e > $W/site.tar.xz   # 238 MB (-6: 250 MB); about 5 minutes on 2 cores
+split -b "$PART_BYTES" -d -a 2 $W/site.tar.xz $W/part_
+mkdir -p $W/sums && (cd "$W" && sha256sum site.tar.xz > sums/SHA256SUMS && rm -rf site wheels site.tar.xz)
+for part in "$W"/part_*; do mkdir -p "$W/p${part##*_}" && mv "$part" "$W/p${part##*_}/"; done   # a folder each: one carry
+trap - ERR; rm -rf .vllm && mv "$W" .vllm
 echo "pack_vllm_for_device: $(ls -d .vllm/p* | wc -l) parts (.vllm/p00 ...) of at most $PART_BYTES bytes beside a tree of $TREE_BYTES; $(cat .vllm/sums/SHA256SUMS)"

@@ -16,10 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 [ -x "$PY" ] || { echo "pack_wheels_for_device: no $PY; run bash tools/setup.sh first (the versions are read from it)"; exit 2; }
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+for ignored in /.whl/ /.whl.new/; do grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude; done
 # the libraries the machines lack or hold at other versions (accelerate 1.15.0 is theirs, as ours)
 PACKAGES="transformers trl peft datasets POT dill multiprocess"
-TESTS=""; [ "${1:-}" = "--tests" ] && TESTS=1   # session 13: nbdev_test failed on the machine for want of IPython
+case "${1:-}" in   # --tests: session 13's nbdev_test failed on the machine for want of IPython
+  "") TESTS="" ;;
+  --tests) TESTS=1 ;;
+  *) echo "pack_wheels_for_device: unknown argument ${1}; the choices are none or --tests"; exit 2 ;;
+esac
 pins=$(TESTS=$TESTS "$PY" - $PACKAGES <<'PY'
 import os, re, sys
 from importlib.metadata import distribution, version, PackageNotFoundError
@@ -44,11 +48,14 @@ print("\n".join(pins))
 PY
 )
 # POT's 0.9.7 wheel is 33 MB, too much beside the tree in one call: the machines get 0.9.5 (pyproject allows >= 0.9.4;
-# every GPU figure so far was measured with it; the pairing's exactness tests pass with both on the CPU)
+# every GPU figure so far was measured with it)
 pins=$(echo "$pins" | sed 's/^POT==.*/POT==0.9.5/')
-rm -rf .whl && mkdir -p .whl
-echo "$pins" > .whl/requirements.txt
+# into a new folder first: a failed download (no network, a version PyPI lacks for 3.12) leaves the old .whl/ as it was
+rm -rf .whl.new && mkdir -p .whl.new
+echo "$pins" > .whl.new/requirements.txt
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 -d .whl -r .whl/requirements.txt
+  --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 -d .whl.new -r .whl.new/requirements.txt ||
+  { echo "pack_wheels_for_device: pip could not download the wheels above; .whl/ is unchanged"; rm -rf .whl.new; exit 1; }
+rm -rf .whl && mv .whl.new .whl
 echo "pack_wheels_for_device: $(ls .whl/*.whl | wc -l) wheels, $(du -sh .whl | cut -f1), in .whl/:" $(echo "$pins" | tr '\n' ' ')
