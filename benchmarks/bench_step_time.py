@@ -58,6 +58,13 @@ ARCHITECTURES = {
                          hidden_act="silu", rope_parameters=_ROPE),
                vision=dict(_VISION, out_hidden_size=3584), tie_word_embeddings=False),
 }
+# The project's tiny model, and the same with 2 attention heads of 32 instead of 4 of 16: vLLM's CPU attention
+# kernels take head sizes 32, 64, 80, ... (vllm/v1/attention/backends/cpu_attn.py) and refuse 16, so this one lets
+# TRL's vLLM generation run on the CPU (benchmarks/vllm_cpu_check.py). mrope_section sums to half the head size.
+TINY_ARCHITECTURES = {"tiny": {}, "tiny-vllm-cpu": dict(num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                                                        rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                                         "mrope_section": [4, 6, 6]})}
+ARCH_CHOICES = (*ARCHITECTURES, *TINY_ARCHITECTURES)
 # Total parameters of these architectures (meta-device count, tied embeddings once); the Hub lists the released
 # safetensors as 3.75B and 8.29B parameters.
 RELEASED_PARAMETERS = {"3B": 3_754_622_976, "7B": 8_292_166_656}
@@ -69,11 +76,14 @@ SECTIONS = ("generate", "rewards", "consistency", "pairing", "prepare_other", "l
 
 
 def model_config(arch: str, tokenizer):
-    "`Qwen2_5_VLConfig` of `arch` ('3B', '7B' or 'tiny') whose special-token ids are those of `tokenizer`."
+    "`Qwen2_5_VLConfig` of `arch` (one of `ARCH_CHOICES`) whose special-token ids are those of `tokenizer`."
     from transformers import Qwen2_5_VLConfig
     from consistency_amp.training.tiny_models import QWEN2_5_VL_SPECIAL_TOKENS, tiny_qwen2_5_vl_config
-    if arch == "tiny": return tiny_qwen2_5_vl_config(tokenizer)
-    if arch not in ARCHITECTURES: raise ValueError(f"--arch must be one of 3B, 7B, tiny; got {arch!r}")
+    if arch not in ARCH_CHOICES: raise ValueError(f"--arch must be one of {', '.join(ARCH_CHOICES)}; got {arch!r}")
+    if arch in TINY_ARCHITECTURES:
+        config = tiny_qwen2_5_vl_config(tokenizer)
+        for key, value in TINY_ARCHITECTURES[arch].items(): setattr(config.text_config, key, value)
+        return config
     spec = ARCHITECTURES[arch]
     ids = dict(zip(QWEN2_5_VL_SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(list(QWEN2_5_VL_SPECIAL_TOKENS))))
     # The released vocabulary size (embedding and lm_head cost) with the tiny tokenizer's ids: fine for timing.
@@ -144,6 +154,12 @@ def arm_merged(arm: str) -> bool:
 def arm_compiled(arm: str) -> bool:
     "Does the arm decode with transformers' compiled step on a static cache?"
     return arm.endswith(COMPILED)
+
+
+def compiled_generation(trainer) -> bool:
+    "Did the trainer's step decode with transformers' compiled step? (With vLLM TRL makes no `generation_config`: no.)"
+    generation = getattr(trainer, "generation_config", None)
+    return generation is not None and not generation.disable_compile
 
 
 def arm_uncast(arm: str) -> bool:
@@ -292,7 +308,7 @@ def timed_trainer_class():
                                      image_cache=cache is not None and cache.enabled,
                                      lora_dropout=arm_settings(self.arm)[2],
                                      merged_generation=bool(args.merge_lora_for_generation),
-                                     compiled_generation=not self.trainer.generation_config.disable_compile,
+                                     compiled_generation=compiled_generation(self.trainer),
                                      lora_input_casts_under_autocast=not arm_uncast(self.arm),
                                      seconds=now - self.last,
                                      sections=self.sections.take()))
@@ -386,7 +402,7 @@ def summarise(records, warmup: int) -> dict:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--arch", default="7B", choices=("3B", "7B", "tiny"))
+    ap.add_argument("--arch", default="7B", choices=ARCH_CHOICES)
     ap.add_argument("--model", default=None,
                     help="time a saved model instead (a directory or a name `load_model` resolves, e.g. a pretrained "
                          "tiny spatial base): loaded with the project's LoRA, its own processor; --arch is ignored")
@@ -477,7 +493,7 @@ def run(args) -> dict:
     dtype = resolve_dtype("auto", device)   # bf16 on a GPU, fp32 on the CPU
     processor = load_processor(TINY_MODEL if args.model is None else args.model)
     tokenizer = processor.tokenizer
-    if args.max_pixels is not None or (args.arch != "tiny" and args.model is None):
+    if args.max_pixels is not None or (args.arch not in TINY_ARCHITECTURES and args.model is None):
         processor.image_processor.size = dict(RELEASED_PIXELS, **({"longest_edge": args.max_pixels}
                                                                    if args.max_pixels is not None else {}))
     skipped = args.warmup + int(args.profile)   # warm-up steps, then the profiled step: none of them is timed

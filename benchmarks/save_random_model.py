@@ -13,14 +13,14 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
-from bench_step_time import RELEASED_PIXELS, build_model, model_config
+from bench_step_time import ARCH_CHOICES, RELEASED_PIXELS, TINY_ARCHITECTURES, build_model, model_config
 
 
 def save_random_model(arch: str, out, device: str = "cpu") -> Path:
     "Write a random `arch` model (bf16 on a GPU, float32 on the CPU) and the tiny processor to `out`; the folder."
     from consistency_amp.training.models import TINY_MODEL, load_processor
     processor = load_processor(TINY_MODEL)
-    if arch != "tiny": processor.image_processor.size = dict(RELEASED_PIXELS)   # the released models' image budget
+    if arch not in TINY_ARCHITECTURES: processor.image_processor.size = dict(RELEASED_PIXELS)   # the released models' image budget
     tokenizer = processor.tokenizer
     model = build_model(model_config(arch, tokenizer), device, torch.float32 if device == "cpu" else torch.bfloat16)
     model.generation_config = GenerationConfig(bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
@@ -44,7 +44,7 @@ def save_random_adapter(model_folder, out, seed: int = 0, device: str = "cpu") -
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", default="3B", choices=("3B", "7B", "tiny"))
+    ap.add_argument("--arch", default="3B", choices=ARCH_CHOICES)
     ap.add_argument("--out", required=True, type=Path, help="the folder to write (must not exist)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--adapter-out", type=Path, default=None,

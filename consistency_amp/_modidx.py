@@ -1165,6 +1165,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                              'consistency_amp/training/tiny_models.py'),
                                                       'consistency_amp.training.tiny_models.Qwen2_5_VLImageOnlyProcessor.__init__': ( 'tiny_models.html#qwen2_5_vlimageonlyprocessor.__init__',
                                                                                                                                       'consistency_amp/training/tiny_models.py'),
+                                                      'consistency_amp.training.tiny_models.Qwen2_5_VLImageOnlyProcessor.to_dict': ( 'tiny_models.html#qwen2_5_vlimageonlyprocessor.to_dict',
+                                                                                                                                     'consistency_amp/training/tiny_models.py'),
                                                       'consistency_amp.training.tiny_models.Qwen2_5_VLImageOnlyProcessor.validate_inputs': ( 'tiny_models.html#qwen2_5_vlimageonlyprocessor.validate_inputs',
                                                                                                                                              'consistency_amp/training/tiny_models.py'),
                                                       'consistency_amp.training.tiny_models.build_tiny_qwen2_5_vl': ( 'tiny_models.html#build_tiny_qwen2_5_vl',

@@ -102,6 +102,12 @@ class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
             raise ValueError(f"{type(self).__name__} handles images and text only; got `videos`")
         super().validate_inputs(images=images, text=text, videos=videos, audio=audio, **kwargs)
 
+    def to_dict(self) -> dict:
+        "The saved `processor_config.json`, with a video processor of the image processor's settings for the real class."
+        image = self.image_processor.to_dict()
+        video = {k: v for k, v in image.items() if k != "image_processor_type"}
+        return super().to_dict() | {"video_processor": video | {"video_processor_type": "Qwen2VLVideoProcessor"}}
+
 AutoProcessor.register("consistency_amp/qwen2_5_vl_image_only", Qwen2_5_VLImageOnlyProcessor, exist_ok=True)
 
 # %% ../../nbs/24_tiny_models.ipynb #0f610143
