@@ -841,6 +841,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                   'consistency_amp/training/adapter_files.py')},
             'consistency_amp.training.generation': { 'consistency_amp.training.generation._transformers_model': ( 'generation.html#_transformers_model',
                                                                                                                   'consistency_amp/training/generation.py'),
+                                                     'consistency_amp.training.generation.forbid_image_token': ( 'generation.html#forbid_image_token',
+                                                                                                                 'consistency_amp/training/generation.py'),
                                                      'consistency_amp.training.generation.input_grads_hooks': ( 'generation.html#input_grads_hooks',
                                                                                                                 'consistency_amp/training/generation.py'),
                                                      'consistency_amp.training.generation.merged_lora_weights': ( 'generation.html#merged_lora_weights',
