@@ -16,13 +16,16 @@ from transformers import GenerationConfig
 from bench_step_time import ARCH_CHOICES, RELEASED_PIXELS, TINY_ARCHITECTURES, build_model, model_config
 
 
-def save_random_model(arch: str, out, device: str = "cpu") -> Path:
-    "Write a random `arch` model (bf16 on a GPU, float32 on the CPU) and the tiny processor to `out`; the folder."
+def save_random_model(arch: str, out, device: str = "cpu", initializer_range: float | None = None) -> Path:
+    "Write a random `arch` model (bf16 on a GPU, float32 on the CPU; weights of std `initializer_range`, default transformers' 0.02) and the tiny processor to `out`; the folder."
     from consistency_amp.training.models import TINY_MODEL, load_processor
     processor = load_processor(TINY_MODEL)
     if arch not in TINY_ARCHITECTURES: processor.image_processor.size = dict(RELEASED_PIXELS)   # the released models' image budget
     tokenizer = processor.tokenizer
-    model = build_model(model_config(arch, tokenizer), device, torch.float32 if device == "cpu" else torch.bfloat16)
+    config = model_config(arch, tokenizer)
+    if initializer_range is not None:
+        for part in (config, config.text_config, config.vision_config): part.initializer_range = initializer_range
+    model = build_model(config, device, torch.float32 if device == "cpu" else torch.bfloat16)
     model.generation_config = GenerationConfig(bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
                                                eos_token_id=[tokenizer.eos_token_id,
                                                              tokenizer.convert_tokens_to_ids("<|endoftext|>")])
@@ -30,14 +33,14 @@ def save_random_model(arch: str, out, device: str = "cpu") -> Path:
     return out
 
 
-def save_random_adapter(model_folder, out, seed: int = 0, device: str = "cpu") -> Path:
-    "Put the project's LoRA (`training.models.load_model`: r = 32 on the language model) on the model in `model_folder`, move `lora_B` off zero by seeded noise (so the adapter changes the answers), and save it as a run saves its adapter; the folder."
+def save_random_adapter(model_folder, out, seed: int = 0, device: str = "cpu", std: float = 0.02) -> Path:
+    "Put the project's LoRA (`training.models.load_model`: r = 32 on the language model) on the model in `model_folder`, move `lora_B` off zero by seeded noise of `std` (so the adapter changes the answers), and save it as a run saves its adapter; the folder."
     from consistency_amp.training.models import load_model
     model, _ = load_model(model_folder, device=device)
     noise = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "lora_B" in name: p.copy_((torch.randn(p.shape, generator=noise) * 0.02).to(p))
+            if "lora_B" in name: p.copy_((torch.randn(p.shape, generator=noise) * std).to(p))
     model.save_pretrained(out)
     return Path(out)
 

@@ -22,6 +22,8 @@ cd "$REPO/.vllm/received" 2>/dev/null && cat part_* > /tmp/site.tar.xz && cd /tm
 mkdir -p /tmp/vsite && xz -T0 -dc site.tar.xz | tar -C /tmp/vsite -xf - && rm site.tar.xz || exit 2
 cd "$REPO"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
+# the vLLM parts bring transformers 5.22.2 (vllm_device_requirements.txt: vLLM 0.26 fails with 5.23 and later)
+rm -rf /tmp/site/transformers /tmp/site/transformers-*.dist-info
 # vLLM's FlashInfer sampler compiles its kernels on first use: the PyTorch sampler needs no compiler and no time
 export PYTHONPATH=/tmp/site:/tmp/vsite:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
 python3 -c "import torch, vllm, trl; print('vllm', vllm.__version__, 'torch', torch.__version__, 'trl', trl.__version__)" \

