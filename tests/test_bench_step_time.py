@@ -128,6 +128,30 @@ def test_architecture_shapes(bench):
         assert model.model.visual.merger.mlp[-1].out_features == hidden
 
 
+def test_tiny_vllm_cpu_architecture(bench):
+    "The tiny model with the head size vLLM's CPU attention accepts (32), its rotary sections still half of it, and a forward that runs."
+    from consistency_amp.training.models import TINY_MODEL, load_processor
+    processor = load_processor(TINY_MODEL)
+    tiny, served = (bench.model_config(arch, processor.tokenizer) for arch in ("tiny", "tiny-vllm-cpu"))
+    assert tiny.text_config.hidden_size // tiny.text_config.num_attention_heads == 16
+    text = served.text_config
+    assert (text.hidden_size, text.head_dim, text.num_attention_heads, text.num_key_value_heads) == (64, 32, 2, 1)
+    assert sum(text.rope_parameters["mrope_section"]) == text.head_dim // 2
+    assert bench.ARCH_CHOICES == ("3B", "7B", "tiny", "tiny-vllm-cpu")
+    model = bench.build_model(served, "cpu", torch.float32)
+    inputs = processor(text=["Is the chair closer than the table?"], return_tensors="pt")
+    assert model(**inputs).logits.shape[-1] == text.vocab_size
+    with pytest.raises(ValueError, match="tiny-vllm-cpu"): bench.model_config("tiny-gpu", processor.tokenizer)
+
+
+def test_compiled_generation_reads_a_missing_generation_config_as_off(bench):
+    "With vLLM, TRL makes no generation_config: the step record must still say how it decoded (it crashed before)."
+    from types import SimpleNamespace
+    assert bench.compiled_generation(SimpleNamespace()) is False
+    assert bench.compiled_generation(SimpleNamespace(generation_config=SimpleNamespace(disable_compile=True))) is False
+    assert bench.compiled_generation(SimpleNamespace(generation_config=SimpleNamespace(disable_compile=False))) is True
+
+
 def test_pairing_schedule_is_abba_after_warmup(bench):
     test = bench.pairing_schedule(["minimal", "random"], 3, 3)
     assert test == ["minimal", "random", "minimal"] + ["minimal", "random", "random", "minimal", "minimal", "random"]

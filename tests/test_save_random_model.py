@@ -47,3 +47,26 @@ def test_saved_adapter_loads_and_changes_the_answers(tmp_path):
     inputs = processor(text=["Is the chair closer than the table?"], return_tensors="pt")
     with torch.no_grad():
         assert (base(**inputs).logits - tuned(**inputs).logits).abs().max() > 1e-3
+
+
+def test_initializer_range_and_adapter_std(tmp_path, monkeypatch):
+    "The scales vllm_cpu_check.py asks for: weights of std `initializer_range`, lora_B of std `std`."
+    import importlib.util
+    import torch
+    from safetensors.torch import load_file
+    monkeypatch.setenv("CONSISTENCY_AMP_CACHE", str(tmp_path / "cache"))
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("save_random_model", SCRIPT)
+        module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+        folder = module.save_random_model("tiny-vllm-cpu", tmp_path / "model", initializer_range=0.3)
+        adapter = module.save_random_adapter(folder, tmp_path / "lora", std=0.3)
+    finally: sys.path.remove(str(SCRIPT.parent))
+    weights = load_file(folder / "model.safetensors")
+    q = next(w for name, w in weights.items() if name.endswith("layers.0.self_attn.q_proj.weight"))
+    assert 0.25 < q.std().item() < 0.35, q.std()
+    config = json.loads((folder / "config.json").read_text())
+    assert config["text_config"]["num_attention_heads"] == 2
+    lora = load_file(adapter / "adapter_model.safetensors")
+    b = torch.cat([w.flatten() for name, w in lora.items() if "lora_B" in name])
+    assert 0.25 < b.std().item() < 0.35, b.std()
