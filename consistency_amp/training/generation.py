@@ -111,12 +111,12 @@ def forbid_image_token(generation_kwargs: dict | None, processing_class) -> dict
     if token is not None: kwargs["bad_words"] = list(dict.fromkeys([*(kwargs.get("bad_words") or []), token]))
     return kwargs
 
-# %% ../../nbs/26_generation.ipynb #df1835d8
+# %% ../../nbs/26_generation.ipynb #b68cfb8f
 def collapse_image_tokens(prompt_ids: list[int], image_token_id: int) -> list[int]:
     "`prompt_ids` with every run of `image_token_id` cut to one token: a prompt as vLLM expects it, before its own expansion."
     return [t for i, t in enumerate(prompt_ids) if t != image_token_id or i == 0 or prompt_ids[i - 1] != image_token_id]
 
-# %% ../../nbs/26_generation.ipynb #83e1e271
+# %% ../../nbs/26_generation.ipynb #f4a1a35d
 def vllm_expands_images(vllm_generation) -> None:
     "Make TRL's `VLLMGeneration` (colocate mode) send the engine each image placeholder as one token (`collapse_image_tokens`), which vLLM expands itself."
     generate, token = vllm_generation.generate, vllm_generation.processing_class.image_token_id
