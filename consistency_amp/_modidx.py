@@ -841,6 +841,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                   'consistency_amp/training/adapter_files.py')},
             'consistency_amp.training.generation': { 'consistency_amp.training.generation._transformers_model': ( 'generation.html#_transformers_model',
                                                                                                                   'consistency_amp/training/generation.py'),
+                                                     'consistency_amp.training.generation.adapt_vllm_generation': ( 'generation.html#adapt_vllm_generation',
+                                                                                                                    'consistency_amp/training/generation.py'),
                                                      'consistency_amp.training.generation.collapse_image_tokens': ( 'generation.html#collapse_image_tokens',
                                                                                                                     'consistency_amp/training/generation.py'),
                                                      'consistency_amp.training.generation.forbid_image_token': ( 'generation.html#forbid_image_token',

@@ -16,7 +16,7 @@ from ..core import check_int
 # %% auto #0
 __all__ = ['STATIC_CACHE_BLOCK', 'merged_lora_weights', 'replace_input_grads_hooks', 'input_grads_hooks',
            'without_input_grads_hooks', 'static_cache_length', 'out_of_place_merges', 'forbid_image_token',
-           'collapse_image_tokens', 'vllm_expands_images']
+           'collapse_image_tokens', 'vllm_expands_images', 'adapt_vllm_generation']
 
 # %% ../../nbs/26_generation.ipynb #a22a9be0
 @contextmanager
@@ -126,3 +126,10 @@ def vllm_expands_images(vllm_generation) -> None:
             prompts = [collapse_image_tokens(p, token) if row_images else p for p, row_images in zip(prompts, images)]
         return generate(prompts, images, *args, **kwargs)
     vllm_generation.generate = generate_unexpanded
+
+# %% ../../nbs/26_generation.ipynb #fba57295
+def adapt_vllm_generation(vllm_generation, mode: str) -> None:
+    "Make TRL's `VLLMGeneration` sample as its `generate` path does: the image token forbidden (`forbid_image_token`) and, in colocate mode, each image's placeholders sent unexpanded (`vllm_expands_images`)."
+    processor = vllm_generation.processing_class
+    vllm_generation.generation_kwargs = forbid_image_token(vllm_generation.generation_kwargs, processor)
+    if mode == "colocate" and hasattr(processor, "image_token_id"): vllm_expands_images(vllm_generation)

@@ -22,8 +22,8 @@ from trl import GRPOConfig, GRPOTrainer
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
 from .image_features import install_image_cache
-from .generation import (forbid_image_token, merged_lora_weights, out_of_place_merges,
-    replace_input_grads_hooks, static_cache_length, vllm_expands_images, without_input_grads_hooks)
+from .generation import (adapt_vllm_generation, merged_lora_weights, out_of_place_merges,
+    replace_input_grads_hooks, static_cache_length, without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
     check_paired_dataset, load_image, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
@@ -319,11 +319,7 @@ class OTGRPOTrainer(GRPOTrainer):
             raise ValueError("merge_lora_for_generation replaces whole weight tensors while sampling; DeepSpeed and "
                              "FSDP shard them: leave it False there")
         if args.compile_generation: self.generation_config.disable_compile = False   # TRL's HF generation sets it True
-        if args.use_vllm:   # TRL's vLLM path samples the image token that its `generate` path suppresses
-            self.vllm_generation.generation_kwargs = forbid_image_token(self.vllm_generation.generation_kwargs,
-                                                                        self.processing_class)
-        if args.use_vllm and args.vllm_mode == "colocate" and hasattr(self.processing_class, "image_token_id"):
-            vllm_expands_images(self.vllm_generation)   # TRL sends expanded image placeholders; vLLM expands again
+        if args.use_vllm: adapt_vllm_generation(self.vllm_generation, args.vllm_mode)   # TRL 1.16's two gaps with images
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`); with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
