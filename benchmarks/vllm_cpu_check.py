@@ -13,10 +13,11 @@ from token to token instead of repeating one token, and can be compared.
 
 Each part runs in a process of its own and prints PASS or FAIL for each check; the script exits with 1 if any fails.
 * training: `OTGRPOTrainer` with `use_vllm=True` (colocate) trains `--steps` steps on paired prompts with images and
-  the project's LoRA adapter; the base weights stay bitwise as they were (`out_of_place_merges`); the engine then holds
-  the merged weights (base + alpha/r B A); and one batch decoded greedily through vLLM and through transformers'
-  `generate` gives the same completion tokens, row for row (x and x', each with its own image), and the same
-  advantages.
+  the project's LoRA adapter; the base weights stay bitwise as they were (`out_of_place_merges`); vLLM's
+  log-probabilities of a sampled batch are the trainer model's (over the vocabulary less the forbidden image token);
+  the engine holds the merged weights (base + alpha/r B A) and generates from the processor's prompts; and one batch
+  decoded greedily through vLLM and through transformers' `generate` gives the same completion tokens, row for row
+  (x and x', each with its own image).
 * evaluation: `VLLMDecoder` (what `--backend vllm` runs) and `GreedyDecoder` (`--backend transformers`) give the same
   greedy answers to the same prompt rows, without an adapter and with a LoRA adapter served as a `LoRARequest`.
 * entry, entry-evaluation: the user's commands. `python -m consistency_amp.training.train --config
@@ -86,6 +87,19 @@ def scripted_rewards_trainer():
     return ScriptedRewards
 
 
+def allowed_logps(model, batch: dict, processor) -> torch.Tensor:
+    "The trainer model's log-probabilities of `batch`'s completion tokens over the vocabulary less the image token (which vLLM's sampling forbids: `forbid_image_token`)."
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, pixel_values=batch["pixel_values"],
+                       image_grid_thw=batch["image_grid_thw"],   # and, as TRL passes it, which tokens are the image's
+                       mm_token_type_ids=(ids == processor.image_token_id).long()
+                       ).logits[:, batch["prompt_ids"].shape[1] - 1:-1]
+    logits[..., processor.image_token_id] = -torch.inf
+    return logits.log_softmax(-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
 def engine_prompts(trainer) -> list:
     "Record the prompt token ids the engine generates from (vLLM's own, after its placeholder expansion)."
     llm, seen = trainer.vllm_generation.llm, []
@@ -128,6 +142,14 @@ def run_training(folder: Path, steps: int, results: list) -> None:
            f"{len(frozen) - len(changed)}/{len(frozen)} base tensors bitwise as before ({steps} syncs of a moving adapter)")
 
     rows = next(iter(trainer.get_train_dataloader()))
+    sampled = trainer._generate_and_score_completions(copy.deepcopy(rows))   # temperature 1, as in training
+    vllm_logps, trainer_logps = sampled["sampling_per_token_logps"], allowed_logps(model, sampled, processor)
+    mask = sampled["completion_mask"].bool()
+    gap, raw = ((vllm_logps - logps)[mask].abs().max().item() for logps in (trainer_logps, sampled["old_per_token_logps"]))
+    report(results, "vLLM's log-probabilities = the trainer's", gap < 5e-4,   # float32 noise: some 5e-5
+           f"|vLLM's - the trainer's| <= {gap:.1e} over the {int(mask.sum())} sampled tokens, the trainer's renormalised "
+           f"without the forbidden image token, as vLLM's are (without renormalising: {raw:.1e}, TRL's "
+           f"sampling_logp_difference)")
     seen = engine_prompts(trainer)
     trainer.vllm_generation.generation_kwargs["temperature"] = 0.0   # greedy: vLLM's argmax (the sync runs first)
     with_vllm = trainer._generate_and_score_completions(copy.deepcopy(rows))
