@@ -14,7 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 for ignored in /.vllm/ /.vllm.new/; do grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude; done
 # a call carries the tree (tracked and untracked-unignored files) and one part: each part fills what 64 MiB leaves,
-# less 2 MiB of slack (with a 25.3 MB tree: 6 parts of 39.7 MB at xz -9e, where -6 and 38 MB parts made 7)
+# less 2 MiB of slack (with a 25.3 MB tree: 6 parts of 39.7 MB at xz -9e, where -6 and 38 MB parts made 7; with
+# transformers 5.22.2 added in session 25 and a 25.4 MB tree: 7, the last of 3.1 MB)
 TREE_BYTES=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {print s}')
 PART_BYTES=${PART_BYTES:-$(( 64 * 1024 * 1024 - TREE_BYTES - 2 * 1024 * 1024 ))}
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
