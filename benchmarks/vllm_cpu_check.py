@@ -284,7 +284,9 @@ def main() -> int:
         else: run_entry_evaluation(args.folder, results)
         print("RESULTS " + json.dumps(results))
         return 0
-    import torch, transformers, trl, vllm
+    try: import vllm
+    except ImportError: ap.error("needs vLLM: run it with .venv-vllm-cpu/bin/python, made by bash tools/vllm_cpu_venv.sh")
+    import transformers, trl
     from save_random_model import save_random_adapter, save_random_model
     print(f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"trl {trl.__version__}", flush=True)
