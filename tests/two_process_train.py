@@ -34,7 +34,8 @@ def examples_of(world_root) -> list:
     return [e for task in ("orientation", "depth") for e in build_examples(scenes, task)]
 
 
-def main(out_dir: str, world_root: str) -> None:
+def record_run(out_dir: str, world_root: str) -> None:
+    "Train two steps on this rank and write what it saw to OUT_DIR/rank{r}.json."
     from consistency_amp.training.models import load_model
     from consistency_amp.training.trainer import OTGRPOConfig, OTGRPOTrainer
 
@@ -75,9 +76,15 @@ def main(out_dir: str, world_root: str) -> None:
             "distributed_type": str(trainer.accelerator.distributed_type), "steps": record,
             "log": [h for h in trainer.state.log_history if "loss" in h]}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(info))
-    import torch.distributed as dist
-    if dist.is_initialized():   # leave no communication thread running at interpreter teardown (it can abort the exit)
-        dist.barrier(); dist.destroy_process_group()
+
+
+def main(out_dir: str, world_root: str) -> None:
+    from consistency_amp.training.train_cli import end_process_group
+    record_run(out_dir, world_root)
+    # as the training entry ends: the trainer (its DDP model's Reducer holds the group) is gone with record_run's
+    # frame; free it, then leave the group, so that no communication thread runs at interpreter teardown (a CI run
+    # aborted there, "terminate called without an active exception", when the group was destroyed under a live model)
+    end_process_group()
 
 
 if __name__ == "__main__":
