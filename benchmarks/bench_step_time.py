@@ -363,10 +363,10 @@ def profile_callback(trainer, model, device, step: int, top: int, trace, say, cl
             self.context.__exit__(None, None, None)
             wall = time.perf_counter() - self.t0
             for h in self.handles: h.remove()
-            self.tables = step_profile.profile_tables(self.prof, wall, top) | dict(
-                step=state.global_step, arm=clock.arm, pairing=args.pairing)
-            if trace is not None:
+            if trace is not None:   # before the tables, which read it: torch 2.11 exports a profile only once
                 trace.parent.mkdir(parents=True, exist_ok=True); self.prof.export_chrome_trace(str(trace))
+            self.tables = step_profile.profile_tables(self.prof, wall, top, trace) | dict(
+                step=state.global_step, arm=clock.arm, pairing=args.pairing)
             if state.is_world_process_zero:
                 say(f"--- profile of step {state.global_step} ({clock.arm}; not counted in the timings) ---\n"
                     + step_profile.format_tables(self.tables)

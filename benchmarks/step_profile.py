@@ -15,9 +15,12 @@ CUDA on a GPU, with Python stacks), and three tables are printed:
 On the CPU the tables are only a check that the path runs: a tiny model's step is mostly Python. On a GPU, kernel
 time against the step's wall time says whether the step is launch-bound.
 """
+import json
 import re
+import tempfile
 from collections import defaultdict
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -92,8 +95,44 @@ def profiled(device: torch.device, with_stack: bool = True):
 def _ms(us: float) -> float: return us / 1e3
 
 
-def profile_tables(prof, wall_s: float, top: int = 15) -> dict:
-    "The step's regions, top operators and top Python frames by self time, as plain dicts (JSON-ready)."
+def trace_self_times(trace_events: list) -> dict:
+    """Calls, self and total time (microseconds) of each Python frame in a Chrome trace's events. Self time is a
+    frame's duration less that of its direct children (frames and operators) on the same thread. Labelled ranges
+    (`record_function`) are left out: one opens inside `__enter__`'s frame and closes in its caller's, so it does not
+    nest. A generator's frame counts a call per resumption."""
+    threads = defaultdict(list)
+    for e in trace_events:
+        if e.get("ph") == "X" and e.get("cat") in ("python_function", "cpu_op"):
+            threads[(e["pid"], e["tid"])].append(e)
+    totals = defaultdict(lambda: [0, 0.0, 0.0])
+    for events in threads.values():
+        events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack, child = [], defaultdict(float)   # open events; the children's time of each, by position
+        for i, e in enumerate(events + [None]):
+            while stack and (e is None or events[stack[-1]]["ts"] + events[stack[-1]]["dur"] <= e["ts"]):
+                j = stack.pop(); done = events[j]
+                if done["cat"] == "python_function":
+                    t = totals[done["name"]]; t[0] += 1; t[1] += done["dur"] - child[j]; t[2] += done["dur"]
+            if e is None: break
+            if stack: child[stack[-1]] += e["dur"]
+            stack.append(i)
+    return {name: dict(calls=c, self_us=t, total_us=total) for name, (c, t, total) in totals.items()}
+
+
+def python_frames_from_trace(prof, trace_file=None) -> dict:
+    """The Python frames' self times, read from the profile's Chrome trace (`trace_file` if it was exported there
+    already: torch 2.11 exports a profile once). Under torch 2.11 (the GPU machines' and vLLM 0.26's) `with_stack=True`
+    puts the frames in the exported trace only, not in `events()` or `key_averages()` (found on the CPU, 2026-11-26),
+    so the frames table came out empty."""
+    with tempfile.TemporaryDirectory() as folder:
+        if trace_file is None:
+            trace_file = Path(folder) / "trace.json"; prof.export_chrome_trace(str(trace_file))
+        return trace_self_times(json.loads(Path(trace_file).read_text())["traceEvents"])
+
+
+def profile_tables(prof, wall_s: float, top: int = 15, trace_file=None) -> dict:
+    """The step's regions, top operators and top Python frames by self time, as plain dicts (JSON-ready); `trace_file`:
+    where the profile's Chrome trace was exported, if it was."""
     events = prof.events()
     cuda = any(e.device_type == torch.autograd.DeviceType.CUDA for e in events) or any(
         e.self_device_time_total > 0 for e in events)
@@ -107,12 +146,19 @@ def profile_tables(prof, wall_s: float, top: int = 15) -> dict:
     self_key = "self_device_time_total" if cuda else "self_cpu_time_total"
     operators, frames, idle_ms = [], [], 0.0
     for a in averages:
-        if a.key.startswith(REGION): continue
+        # Python frames come from the trace (below): torch 2.11 lists none here, and torch 2.13's self times here
+        # misplace a labelled range's time (it opens in `__enter__`'s frame), e.g. 1.26 ms of self time for a frame
+        # that lasted 0.07 ms (tests/test_bench_step_time.py)
+        if a.key.startswith(REGION) or PYTHON_FRAME.match(a.key): continue
         if IDLE.match(a.key):
             idle_ms += _ms(a.self_cpu_time_total); continue
-        row = dict(name=a.key, calls=a.count, self_cpu_ms=_ms(a.self_cpu_time_total),
-                   self_device_ms=_ms(a.self_device_time_total))
-        (frames if PYTHON_FRAME.match(a.key) else operators).append(row)
+        operators.append(dict(name=a.key, calls=a.count, self_cpu_ms=_ms(a.self_cpu_time_total),
+                              self_device_ms=_ms(a.self_device_time_total)))
+    if getattr(prof, "with_stack", False):
+        for name, r in python_frames_from_trace(prof, trace_file).items():
+            if IDLE.match(name): idle_ms += _ms(r["self_us"])
+            elif PYTHON_FRAME.match(name):
+                frames.append(dict(name=name, calls=r["calls"], self_cpu_ms=_ms(r["self_us"]), self_device_ms=0.0))
     operators.sort(key=lambda r: -r["self_device_ms" if cuda else "self_cpu_ms"])
     frames.sort(key=lambda r: -r["self_cpu_ms"])
     # GPU busy time: the device-side events themselves (kernels, copies), not the averages, whose rows hold both an

@@ -233,6 +233,54 @@ def test_profile_tables_count_gpu_regions_and_kernels_once():
     assert t["with_stack"] is False and "Python stacks off" in step_profile.format_tables(t)
 
 
+def test_trace_self_times_subtract_direct_children_per_thread():
+    "A frame's self time is its span less its direct children's (frames and operators), on its own thread only."
+    sys.path.insert(0, str(SCRIPT.parent))
+    import step_profile
+    def x(cat, name, ts, dur, tid=1): return dict(ph="X", cat=cat, name=name, pid=7, tid=tid, ts=ts, dur=dur)
+    events = [x("python_function", "a.py(1): outer", 0, 100), x("cpu_op", "aten::mm", 10, 20),
+              x("python_function", "a.py(5): inner", 40, 50), x("cpu_op", "aten::add", 50, 10),
+              x("cpu_op", "aten::mul", 92, 5), x("python_function", "a.py(5): inner", 98, 2),
+              x("user_annotation", "region: r", 15, 80),   # a labelled range that does not nest: not a child
+              x("python_function", "a.py(1): outer", 0, 10, tid=2),   # another thread: nests in nothing
+              dict(ph="M", name="thread_name", pid=7, tid=1)]
+    times = step_profile.trace_self_times(events)
+    assert times == {"a.py(1): outer": dict(calls=2, self_us=(100 - 20 - 50 - 5 - 2) + 10, total_us=110),
+                     "a.py(5): inner": dict(calls=2, self_us=(50 - 10) + 2, total_us=52)}
+
+
+def test_python_frames_from_the_trace_match_key_averages():
+    """torch 2.11 (the GPU machines') lists Python frames in the exported trace only; where torch also lists them in
+    `key_averages` (2.13), the two agree except on the profiler's own frames, and either way the profile's table of
+    frames is not empty."""
+    from torch.profiler import ProfilerActivity, profile
+    sys.path.insert(0, str(SCRIPT.parent))
+    import step_profile
+    def step(x): return torch.relu(x @ x) / 10
+    labelled = step_profile._labelled(step, "step")   # as the trainer's phases are: a range that does not nest
+    def profiled():
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            x = torch.randn(32, 32)
+            for _ in range(20): x = labelled(x)
+        return prof
+    prof = profiled()
+    from_trace = step_profile.python_frames_from_trace(prof)
+    (name,) = [k for k in from_trace if k.endswith(": step")]
+    assert from_trace[name]["calls"] == 20 and from_trace[name]["self_us"] > 0
+    # torch 2.13 lists them in key_averages too: the same numbers, except for the profiler's own frames around a
+    # labelled range (it nests the range's frames under the range, not under `__enter__`, where the range opens: it
+    # gave that frame 22 times the self time the trace gives it, and the wrapper that opened the range a negative one)
+    listed = [a for a in prof.key_averages() if step_profile.PYTHON_FRAME.match(a.key)]   # none under torch 2.11
+    compared = [a for a in listed if "profil" not in a.key]
+    assert not listed or any(a.key.endswith(": step") for a in compared)
+    for a in compared:
+        assert from_trace[a.key]["calls"] == a.count and math.isclose(from_trace[a.key]["self_us"],
+                                                                       a.self_cpu_time_total, abs_tol=0.01), a.key
+    assert all(0 <= r["self_us"] <= r["total_us"] for r in from_trace.values())
+    frames = step_profile.profile_tables(profiled(), wall_s=1.0, top=50)["python_frames"]
+    assert any(r["name"].endswith(": step") and r["calls"] == 20 for r in frames)
+
+
 def test_lora_input_casts_switch_changes_no_number(bench):
     """--lora-uncast-arm's switch: under autocast (bf16 on the CPU) the LoRA layers skip peft's cast of their input to
     float32, and logits and gradients stay bitwise those of peft's path (LoRA dropout 0); outside autocast (as in

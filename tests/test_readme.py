@@ -76,7 +76,10 @@ def test_shell_line_names_what_exists(line):
 
 def test_registry_line_prints_the_missing_runs(tmp_path):
     (line,) = [line for line in shell_lines() if "consistency_amp.grid.registry" in line]
-    done = subprocess.run(shlex.split(line), cwd=tmp_path, env=env(tmp_path), capture_output=True, text=True, timeout=300)
+    words = shlex.split(line)
+    assert words[0] == "python", line
+    # the README's `python`, run as the interpreter under test: a machine may have only `python3` on PATH
+    done = subprocess.run([sys.executable, *words[1:]], cwd=tmp_path, env=env(tmp_path), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "torchrun --nproc_per_node 8 -m consistency_amp.training.train" in done.stdout
     assert not (tmp_path / "runs").exists(), "--print launched or created something"
