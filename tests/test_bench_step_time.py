@@ -268,8 +268,8 @@ def test_python_frames_from_the_trace_match_key_averages():
     (name,) = [k for k in from_trace if k.endswith(": step")]
     assert from_trace[name]["calls"] == 20 and from_trace[name]["self_us"] > 0
     # torch 2.13 lists them in key_averages too: the same numbers, except for the profiler's own frames around a
-    # labelled range (it nests the range's frames under the range, not under `__enter__`, where the range opens: it
-    # gave that frame 22 times the self time the trace gives it, and the wrapper that opened the range a negative one)
+    # labelled range (it nests the range's frames under the range, not under `__enter__`, where the range opens: in
+    # three runs it gave that frame 21-22 times the trace's self time, and the range's wrapper a negative one)
     listed = [a for a in prof.key_averages() if step_profile.PYTHON_FRAME.match(a.key)]   # none under torch 2.11
     compared = [a for a in listed if "profil" not in a.key]
     assert not listed or any(a.key.endswith(": step") for a in compared)
