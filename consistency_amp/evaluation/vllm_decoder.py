@@ -14,7 +14,7 @@ from ..core import check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS
 
 # %% auto #0
-__all__ = ['VLLM_EXTRA', 'require_vllm', 'VLLMDecoder']
+__all__ = ['VLLM_EXTRA', 'ENGINE_MEDIA', 'require_vllm', 'VLLMDecoder']
 
 # %% ../../nbs/47_vllm_decoder.ipynb #6380ab2b
 VLLM_EXTRA = 'pip install "consistency_amp[vllm]"'   # pyproject.toml's optional dependency for GPU machines
@@ -28,6 +28,10 @@ def require_vllm():
     return vllm
 
 # %% ../../nbs/47_vllm_decoder.ipynb #02ca027f
+# what one request may carry: its one image and no video. vLLM sizes its encoder cache by profiling each allowed
+# modality at its largest; without the video limit it profiled 36 videos that no question ever sends
+ENGINE_MEDIA = {"image": 1, "video": 0}
+
 class VLLMDecoder:
     "Greedy completions of prompt rows through a vLLM engine: the model's chat template and images, temperature 0, a LoRA adapter as a `LoRARequest`."
     def __init__(self, model: str | os.PathLike, adapter=None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, processor=None, **engine_kwargs):
@@ -38,7 +42,7 @@ class VLLMDecoder:
         self.processor = processor if processor is not None else load_processor(path)
         rank = json.loads((Path(adapter) / "adapter_config.json").read_text())["r"] if adapter is not None else None
         lora = dict(enable_lora=True, max_lora_rank=rank, max_loras=1) if adapter is not None else {}
-        self.llm = vllm.LLM(model=os.fspath(path), limit_mm_per_prompt={"image": 1}, **lora | engine_kwargs)
+        self.llm = vllm.LLM(model=os.fspath(path), limit_mm_per_prompt=dict(ENGINE_MEDIA), **lora | engine_kwargs)
         self.sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_new_tokens)   # greedy, as GreedyDecoder
         if adapter is None: self.lora_request = None
         else:
