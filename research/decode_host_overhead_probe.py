@@ -1,0 +1,121 @@
+"""Issue 23: how much of a decoded token is host work (Python and operator dispatch), whatever the GPU does?
+
+The H100 decoded a batch of 64 at 35-50 ms per token with merged LoRA weights at 7B (session 23), far above what
+reading the weights costs (about 15 GB per token at 3.35 TB/s: 4.5 ms). The host's share does not depend on the
+width of the layers, only on their number and kind, so it can be read on the CPU from a model with the 7B's 28
+decoder layers at the tiny model's width (hidden 64, the tiny vocabulary): there the arithmetic is next to nothing
+and what remains per token is the Python of transformers' `generate` and the model's forward, and the dispatch of
+each operator (on a GPU each operator is also a kernel launch).
+
+For the model with its LoRA merged (plain weights: merged sampling, what vLLM serves too) and with peft's LoRA layers
+(r = 32 on the project's targets; TRL's default sampling path), batch 64, sampling as TRL does (temperature 1,
+`min_new_tokens` = `max_new_tokens`), each arm in ABAB order:
+* wall milliseconds per decoded token: (time of 40 new tokens - time of 8) / 32;
+* per decoded token, from a profile of 8 and of 24 new tokens: the leaf operators that would be kernels on a GPU
+  (views, allocations and the sampler's CPU-only assert left out), the wall time under the profiler, and the Python
+  frames' self time within it (read from the profile's trace: `benchmarks/step_profile.py`).
+
+    OMP_NUM_THREADS=2 python research/decode_host_overhead_probe.py
+"""
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from PIL import Image
+from torch.profiler import ProfilerActivity, profile
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import step_profile   # noqa: E402
+from bench_step_time import ARCHITECTURES, build_model   # noqa: E402
+
+BATCH, SHORT, LONG = 64, 8, 40
+
+
+def narrow_7b(processor):
+    "The tiny model's config with the 7B's number of decoder layers; random weights, float32, eval mode."
+    from consistency_amp.training.tiny_models import tiny_qwen2_5_vl_config
+    config = tiny_qwen2_5_vl_config(processor.tokenizer)
+    layers = config.text_config.num_hidden_layers = ARCHITECTURES["7B"]["text"]["num_hidden_layers"]
+    config.text_config.layer_types = ["full_attention"] * layers   # the config derived it for the tiny model's 2
+    torch.manual_seed(0)
+    return build_model(config, "cpu", torch.float32).eval()
+
+
+def with_lora(model):
+    "The project's LoRA (r = 32 on the language model's projections, dropout 0.05) around `model`, in train mode as TRL samples."
+    from peft import get_peft_model
+    from consistency_amp.training.models import lora_config
+    return get_peft_model(model, lora_config()).train()
+
+
+def batch(processor):
+    "64 rows of one image question, as a GRPO group repeats its prompt."
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Which object is closer?"}]}]
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    image = Image.new("RGB", (56, 56), (120, 80, 40))
+    return processor(text=[text] * BATCH, images=[image] * BATCH, return_tensors="pt", padding=True)
+
+
+def generate(model, inputs, new_tokens: int):
+    with torch.no_grad():
+        return model.generate(**inputs, do_sample=True, temperature=1.0, top_p=1.0, top_k=None,
+                              min_new_tokens=new_tokens, max_new_tokens=new_tokens)
+
+
+# Operators that make no kernel on a GPU (views, metadata, allocation): left out of the kernel-like count
+NO_KERNEL = {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::_unsafe_view", "aten::t", "aten::transpose",
+             "aten::permute", "aten::as_strided", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select",
+             "aten::expand", "aten::expand_as", "aten::alias", "aten::detach", "aten::lift_fresh", "aten::empty",
+             "aten::empty_strided", "aten::empty_like", "aten::resolve_conj", "aten::resolve_neg", "aten::split",
+             "aten::chunk", "aten::narrow", "aten::unbind", "aten::result_type", "aten::size", "aten::stride",
+             "aten::contiguous", "aten::broadcast_tensors", "aten::unflatten", "aten::flatten", "aten::view_as",
+             "aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::dim", "aten::numel",
+             "aten::_assert_async"}
+
+
+def counts(prof, wall_s: float) -> dict:
+    "Leaf operators that would be kernels, the Python frames' self milliseconds, and the profiled wall milliseconds."
+    leaves = [e for e in prof.events() if e.name.startswith("aten::")
+              and not any(c.name.startswith("aten::") for c in e.cpu_children)]
+    frames = step_profile.python_frames_from_trace(prof)
+    return dict(kernels=sum(e.name not in NO_KERNEL for e in leaves),
+                python_ms=sum(r["self_us"] for k, r in frames.items() if step_profile.PYTHON_FRAME.match(k)) / 1e3,
+                profiled_ms=wall_s * 1e3)
+
+
+def per_token_profile(model, inputs) -> dict:
+    "Per decoded token: (the counts of a profile of 24 new tokens - those of 8) / 16."
+    got = {}
+    for n in (8, 24):
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            start = time.perf_counter(); generate(model, inputs, n); wall = time.perf_counter() - start
+        got[n] = counts(prof, wall)
+    return {k: (got[24][k] - got[8][k]) / 16 for k in got[8]}
+
+
+def main():
+    from consistency_amp.training.models import TINY_MODEL, load_processor
+    processor = load_processor(TINY_MODEL)
+    inputs = batch(processor)
+    arms = {"merged (plain weights)": narrow_7b(processor), "peft LoRA r=32": with_lora(narrow_7b(processor))}
+    for model in arms.values(): generate(model, inputs, 4)   # warm-up
+    times = {name: [] for name in arms}
+    for name in list(arms) + list(arms)[::-1] + list(arms) + list(arms)[::-1]:   # ABBA ABBA
+        t0 = time.perf_counter(); generate(arms[name], inputs, SHORT); t1 = time.perf_counter()
+        generate(arms[name], inputs, LONG); t2 = time.perf_counter()
+        times[name].append(((t2 - t1) - (t1 - t0)) / (LONG - SHORT) * 1e3)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {BATCH}, 28 decoder layers at hidden "
+          f"{arms['merged (plain weights)'].config.text_config.hidden_size}")
+    print(f"{'per decoded token':<24}{'ms (4 runs)':>28}{'median':>8}{'kernel-like ops':>17}"
+          f"{'profiled ms':>13}{'Python self ms':>16}")
+    for name, model in arms.items():
+        p = per_token_profile(model, inputs)
+        print(f"{name:<24}{', '.join(f'{t:.1f}' for t in times[name]):>28}{statistics.median(times[name]):>8.1f}"
+              f"{p['kernels']:>17.0f}{p['profiled_ms']:>13.1f}{p['python_ms']:>16.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
