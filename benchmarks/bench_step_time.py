@@ -363,7 +363,7 @@ def profile_callback(trainer, model, device, step: int, top: int, trace, say, cl
             self.context.__exit__(None, None, None)
             wall = time.perf_counter() - self.t0
             for h in self.handles: h.remove()
-            if trace is not None:   # before the tables, which read it: torch 2.11 exports a profile only once
+            if trace is not None:   # before the tables, which read it: torch exports a profile only once
                 trace.parent.mkdir(parents=True, exist_ok=True); self.prof.export_chrome_trace(str(trace))
             self.tables = step_profile.profile_tables(self.prof, wall, top, trace) | dict(
                 step=state.global_step, arm=clock.arm, pairing=args.pairing)

@@ -121,9 +121,9 @@ def trace_self_times(trace_events: list) -> dict:
 
 def python_frames_from_trace(prof, trace_file=None) -> dict:
     """The Python frames' self times, read from the profile's Chrome trace (`trace_file` if it was exported there
-    already: torch 2.11 exports a profile once). Under torch 2.11 (the GPU machines' and vLLM 0.26's) `with_stack=True`
-    puts the frames in the exported trace only, not in `events()` or `key_averages()` (found on the CPU, 2026-11-26),
-    so the frames table came out empty."""
+    already: torch exports a profile once, 2.11 and 2.13 alike). Under torch 2.11 (the GPU machines' and vLLM 0.26's)
+    `with_stack=True` puts the frames in the exported trace only, not in `events()` or `key_averages()` (found on the
+    CPU, 2026-11-26), so the frames table came out empty."""
     with tempfile.TemporaryDirectory() as folder:
         if trace_file is None:
             trace_file = Path(folder) / "trace.json"; prof.export_chrome_trace(str(trace_file))
