@@ -7,9 +7,10 @@ decoder layers at the tiny model's width (hidden 64, the tiny vocabulary): there
 and what remains per token is the Python of transformers' `generate` and the model's forward, and the dispatch of
 each operator (on a GPU each operator is also a kernel launch).
 
-For the model with its LoRA merged (plain weights: merged sampling, what vLLM serves too) and with peft's LoRA layers
-(r = 32 on the project's targets; TRL's default sampling path), batch 64, sampling as TRL does (temperature 1,
-`min_new_tokens` = `max_new_tokens`), each arm in ABAB order:
+For the model with its LoRA merged (plain weights: merged sampling, what vLLM serves too), with peft's LoRA layers
+(r = 32 on the project's targets; TRL's default sampling path), and merged with transformers' compiled decoding step
+(inductor on the CPU: fused C++ kernels, no CUDA graphs), batch 64, sampling as TRL does (temperature 1,
+`min_new_tokens` = `max_new_tokens`), the arms in ABCCBA order twice:
 * wall milliseconds per decoded token: (time of 40 new tokens - time of 8) / 32;
 * per decoded token, from a profile of 8 and of 24 new tokens: the leaf operators that would be kernels on a GPU
   (views, allocations and the sampler's CPU-only assert left out), the wall time under the profiler, and the Python
@@ -59,10 +60,18 @@ def batch(processor):
     return processor(text=[text] * BATCH, images=[image] * BATCH, return_tensors="pt", padding=True)
 
 
-def generate(model, inputs, new_tokens: int):
+def generate(model, inputs, new_tokens: int, compiled: bool = False):
+    """Sample `new_tokens` tokens for every row; `compiled`: on a static cache of 128 positions (every call the same
+    shape) with transformers' compiled decoding step, which it compiles on CUDA only unless told otherwise."""
+    from transformers import CompileConfig
+    settings = {}
+    if compiled:
+        compile_config = CompileConfig(mode="default"); compile_config._compile_all_devices = True
+        settings = dict(cache_implementation="static", max_cache_len=128, compile_config=compile_config,
+                        disable_compile=False)
     with torch.no_grad():
         return model.generate(**inputs, do_sample=True, temperature=1.0, top_p=1.0, top_k=None,
-                              min_new_tokens=new_tokens, max_new_tokens=new_tokens)
+                              min_new_tokens=new_tokens, max_new_tokens=new_tokens, **settings)
 
 
 # Operators that make no kernel on a GPU (views, metadata, allocation): left out of the kernel-like count
@@ -82,7 +91,8 @@ def counts(prof, wall_s: float) -> dict:
               and not any(c.name.startswith("aten::") for c in e.cpu_children)]
     frames = step_profile.python_frames_from_trace(prof)
     return dict(kernels=sum(e.name not in NO_KERNEL for e in leaves),
-                python_ms=sum(r["self_us"] for k, r in frames.items() if step_profile.PYTHON_FRAME.match(k)) / 1e3,
+                python_ms=sum(r["self_us"] for k, r in frames.items()   # threads parked on a lock left out
+                              if step_profile.PYTHON_FRAME.match(k) and not step_profile.IDLE.match(k)) / 1e3,
                 profiled_ms=wall_s * 1e3)
 
 
@@ -100,21 +110,25 @@ def main():
     from consistency_amp.training.models import TINY_MODEL, load_processor
     processor = load_processor(TINY_MODEL)
     inputs = batch(processor)
-    arms = {"merged (plain weights)": narrow_7b(processor), "peft LoRA r=32": with_lora(narrow_7b(processor))}
-    for model in arms.values(): generate(model, inputs, 4)   # warm-up
+    merged = narrow_7b(processor)
+    arms = {"merged (plain weights)": (merged, False), "peft LoRA r=32": (with_lora(narrow_7b(processor)), False),
+            "merged, compiled": (narrow_7b(processor), True)}   # the same seeded weights as `merged`
+    for model, compiled in arms.values(): generate(model, inputs, 4, compiled)   # warm-up (and compilation)
     times = {name: [] for name in arms}
-    for name in list(arms) + list(arms)[::-1] + list(arms) + list(arms)[::-1]:   # ABBA ABBA
-        t0 = time.perf_counter(); generate(arms[name], inputs, SHORT); t1 = time.perf_counter()
-        generate(arms[name], inputs, LONG); t2 = time.perf_counter()
+    for name in (list(arms) + list(arms)[::-1]) * 2:   # ABCCBA twice
+        model, compiled = arms[name]
+        t0 = time.perf_counter(); generate(model, inputs, SHORT, compiled); t1 = time.perf_counter()
+        generate(model, inputs, LONG, compiled); t2 = time.perf_counter()
         times[name].append(((t2 - t1) - (t1 - t0)) / (LONG - SHORT) * 1e3)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {BATCH}, 28 decoder layers at hidden "
-          f"{arms['merged (plain weights)'].config.text_config.hidden_size}")
+          f"{merged.config.text_config.hidden_size}")
     print(f"{'per decoded token':<24}{'ms (4 runs)':>28}{'median':>8}{'kernel-like ops':>17}"
           f"{'profiled ms':>13}{'Python self ms':>16}")
-    for name, model in arms.items():
-        p = per_token_profile(model, inputs)
+    for name, (model, compiled) in arms.items():
+        # the compiled arm is not profiled: its operators are inductor's fused kernels, not comparable
+        p = per_token_profile(model, inputs) if not compiled else None
         print(f"{name:<24}{', '.join(f'{t:.1f}' for t in times[name]):>28}{statistics.median(times[name]):>8.1f}"
-              f"{p['kernels']:>17.0f}{p['profiled_ms']:>13.1f}{p['python_ms']:>16.1f}", flush=True)
+              + (f"{p['kernels']:>17.0f}{p['profiled_ms']:>13.1f}{p['python_ms']:>16.1f}" if p else ""), flush=True)
 
 
 if __name__ == "__main__":
