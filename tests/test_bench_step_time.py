@@ -281,6 +281,19 @@ def test_python_frames_from_the_trace_match_key_averages():
     assert any(r["name"].endswith(": step") and r["calls"] == 20 for r in frames)
 
 
+def test_profile_counts_a_wait_once():
+    "A thread parked on a lock is left out of the frames and its wait counted once (torch 2.13 lists it twice: in the averages and in the trace)."
+    import threading
+    from torch.profiler import ProfilerActivity, profile
+    sys.path.insert(0, str(SCRIPT.parent))
+    import step_profile
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        waiter = threading.Thread(target=threading.Event().wait, args=(0.3,)); waiter.start(); waiter.join()
+    t = step_profile.profile_tables(prof, wall_s=0.3, top=50)
+    assert 250 < t["idle_wait_ms"] < 450, t["idle_wait_ms"]   # the join's 300 ms, not 600
+    assert not any(step_profile.IDLE.match(r["name"]) for r in t["python_frames"] + t["operators"])
+
+
 def test_lora_input_casts_switch_changes_no_number(bench):
     """--lora-uncast-arm's switch: under autocast (bf16 on the CPU) the LoRA layers skip peft's cast of their input to
     float32, and logits and gradients stay bitwise those of peft's path (LoRA dropout 0); outside autocast (as in
