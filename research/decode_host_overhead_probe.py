@@ -1,20 +1,27 @@
-"""Issue 23: how much of a decoded token is host work (Python and operator dispatch), whatever the GPU does?
+"""Issue 23: does the time of a decoded token follow its arithmetic or its number of operators?
 
-The H100 decoded a batch of 64 at 35-50 ms per token with merged LoRA weights at 7B (session 23), far above what
-reading the weights costs (about 15 GB per token at 3.35 TB/s: 4.5 ms). The host's share does not depend on the
-width of the layers, only on their number and kind, so it can be read on the CPU from a model with the 7B's 28
-decoder layers at the tiny model's width (hidden 64, the tiny vocabulary): there the arithmetic is next to nothing
-and what remains per token is the Python of transformers' `generate` and the model's forward, and the dispatch of
-each operator (on a GPU each operator is also a kernel launch).
+The H100 decoded a batch of 64 at 36-51 ms per token with merged LoRA weights at 7B (session 23), far above
+what reading the weights costs (about 15 GB per token at 3.35 TB/s: 4.5 ms). Per token the host runs the Python of
+transformers' `generate` and of the model's forward and dispatches each operator (on a GPU each is also a kernel
+launch); that work depends on the number and kind of layers, not on their width. So it is read here on the CPU from
+a model with the 7B's 28 decoder layers at the tiny model's width (hidden 64, the tiny vocabulary), where the
+arithmetic is next to nothing: what a token costs is the host's work plus the CPU's own execution of each small
+kernel.
 
 For the model with its LoRA merged (plain weights: merged sampling, what vLLM serves too), with peft's LoRA layers
-(r = 32 on the project's targets; TRL's default sampling path), and merged with transformers' compiled decoding step
-(inductor on the CPU: fused C++ kernels, no CUDA graphs), batch 64, sampling as TRL does (temperature 1,
-`min_new_tokens` = `max_new_tokens`), the arms in ABCCBA order twice:
+(r = 32 on the project's targets, in train mode as TRL samples; TRL's default sampling path), and merged with
+transformers' compiled decoding step (inductor on the CPU: fused C++ kernels, no CUDA graphs), batch 64, sampling as
+TRL does (temperature 1, `min_new_tokens` = `max_new_tokens`), the arms in ABCCBA order twice:
 * wall milliseconds per decoded token: (time of 40 new tokens - time of 8) / 32;
 * per decoded token, from a profile of 8 and of 24 new tokens: the leaf operators that would be kernels on a GPU
   (views, allocations and the sampler's CPU-only assert left out), the wall time under the profiler, and the Python
   frames' self time within it (read from the profile's trace: `benchmarks/step_profile.py`).
+
+Decision (2026-11-26, session 26; `results/decode_host_overhead_probe_2026-11-26.txt`, torch 2.13 and 2.11): merged
+20-21 ms per token, peft's LoRA 40-42 ms with 2.2 times the operators, the H100's 7B ratio (LoRA adds about 1% of the
+arithmetic): decoding time follows the operator count, so eager `generate` cannot reach the paper's 23.2 s per step;
+graphs (compiled decoding with CUDA graphs, vLLM) are the route. Compiling on the CPU gains nothing (no CUDA graphs
+there). Summarised in `benchmarks/README.md`, "decoding time follows the operator count".
 
     OMP_NUM_THREADS=2 python research/decode_host_overhead_probe.py
 """
