@@ -1,6 +1,6 @@
 """Issue 23: does the time of a decoded token follow its arithmetic or its number of operators?
 
-The H100 decoded a batch of 64 at 36-51 ms per token with merged LoRA weights at 7B (session 23), far above
+The H100 decoded a batch of 64 at 35-51 ms per token with merged LoRA weights at 7B (session 23), far above
 what reading the weights costs (about 15 GB per token at 3.35 TB/s: 4.5 ms). Per token the host runs the Python of
 transformers' `generate` and of the model's forward and dispatches each operator (on a GPU each is also a kernel
 launch); that work depends on the number and kind of layers, not on their width. So it is read here on the CPU from

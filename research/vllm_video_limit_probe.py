@@ -18,12 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from consistency_amp.evaluation.vllm_decoder import ENGINE_MEDIA
+
 REPO = Path(__file__).resolve().parents[1]
-SETTINGS = {"image only": {"image": 1}, "image, no video": {"image": 1, "video": 0}}
+# before (one image, videos at vLLM's default) and the decoder's setting as it is now
+SETTINGS = {"image only": {"image": 1}, "image, no video": dict(ENGINE_MEDIA)}
 
 
 def one_engine(folder: Path, limits: dict) -> dict:
-    "Start an engine with these limits and greedily complete 8 prompts; its start time, profile line and token ids."
+    "Start an engine with these limits and greedily complete 8 prompts: its start time and the completions' token ids."
     sys.path.insert(0, str(REPO / "benchmarks"))
     import vllm_cpu_check as check
     from consistency_amp.training.models import load_processor
