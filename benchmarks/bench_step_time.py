@@ -18,8 +18,10 @@ seconds per step for each pairing, the ratio minimal / random, a breakdown of th
 `nbs/25_image_features.ipynb`), interleaved with the others: what encoding each distinct image once saves.
 `--profile` records one more step after the warm-up (not counted in the timings) with `torch.profiler` and prints
 where its time goes: the step's regions, the top operators and the top Python frames by self time (`step_profile.py`).
+On a GPU each step's record also holds the GPU's SM clock, temperature, power draw and clock-event reasons at the
+step's end (`gpu_state`, nvidia-smi), and the report their ranges over the run.
 """
-import argparse, json, os, platform, statistics, tempfile, time, types, warnings
+import argparse, json, os, platform, statistics, subprocess, tempfile, time, types, warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -312,9 +314,16 @@ def timed_trainer_class():
                                      lora_input_casts_under_autocast=not arm_uncast(self.arm),
                                      seconds=now - self.last,
                                      sections=self.sections.take()))
+            if self.sections.cuda:   # after `now`: the query's time (recorded) falls in the next step's rest
+                start = time.perf_counter()
+                gpu = gpu_state(torch.cuda.current_device())
+                self.records[-1].update(gpu=gpu, gpu_query_s=time.perf_counter() - start)
             if state.is_world_process_zero:  # progress: a long GPU step shows up as it ends, with its breakdown, so
                 b = breakdown(self.records[-1])   # that a run cut off by a time limit still gives its figures
                 peak = (f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if self.sections.cuda else "")
+                gpu = self.records[-1].get("gpu")
+                if gpu: peak += (f", SM {gpu['sm_clock_mhz']} MHz, {gpu['temperature_c']} C, {gpu['power_w']} W, "
+                                 f"reasons {gpu.get('clock_event_reasons')}")
                 print(f"step {state.global_step}/{len(self.schedule)} {self.arm}: "
                       f"{now - self.last:.2f} s "
                       f"(generate {b['generate']:.2f}, loss+bwd {b['loss_backward']:.2f}, other prep "
@@ -373,6 +382,55 @@ def profile_callback(trainer, model, device, step: int, top: int, trace, say, cl
                     + (f"\nChrome trace written to {trace}" if trace is not None else "") + "\n---", flush=True)
             clock.sections.sync(); clock.last = time.perf_counter(); clock.sections.take()
     return ProfileStep()
+
+
+# The GPU's state at each step's end, read with nvidia-smi (the machines have it; NVML's Python binding is not there):
+# the SM clock against its maximum, the temperature, the power draw and the active clock-event reasons (NVML's bitmask
+# as nvidia-smi prints it, a hex number). Session 23's H100 took 18.1-25.9 s for the same generation from step to
+# step: these tell whether the clock moved with it. Newer nvidia-smi calls the reasons "clocks_event_reasons", older
+# "clocks_throttle_reasons": the first query a machine answers is kept for the run.
+GPU_STATE_QUERIES = tuple(
+    {"clocks.sm": "sm_clock_mhz", "clocks.max.sm": "max_sm_clock_mhz", "temperature.gpu": "temperature_c",
+     "power.draw": "power_w"} | ({reasons: "clock_event_reasons"} if reasons else {})
+    for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active", None))
+_ACCEPTED_QUERY = {}   # nvidia-smi's path -> the query it answered
+
+
+def _smi_value(text: str):
+    "A number where nvidia-smi gives one; None for '[N/A]' and the like; the text otherwise (the reasons' bitmask)."
+    if text.startswith("["): return None
+    try: return float(text)
+    except ValueError: return text
+
+
+def gpu_state(index: int = 0, smi: str = "nvidia-smi") -> dict | None:
+    """GPU `index`'s SM clock, maximum SM clock, temperature, power draw and clock-event reasons now
+    (`GPU_STATE_QUERIES`), read with nvidia-smi; None where it is missing or answers none of the queries."""
+    queries = [_ACCEPTED_QUERY[smi]] if smi in _ACCEPTED_QUERY else GPU_STATE_QUERIES
+    for fields in queries:
+        try:
+            out = subprocess.run([smi, f"--id={index}", "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        values = [v.strip() for v in out.stdout.strip().split(",")]
+        if out.returncode == 0 and len(values) == len(fields):
+            _ACCEPTED_QUERY[smi] = fields
+            return {name: _smi_value(v) for name, v in zip(fields.values(), values)}
+    return None
+
+
+def gpu_states_line(records) -> str | None:
+    "The GPU's state over the steps' ends, as one line (None without one): each figure's range and the reasons seen."
+    states = [r["gpu"] for r in records if r.get("gpu")]
+    if not states: return None
+    def span(key, unit):
+        v = [g[key] for g in states if isinstance(g.get(key), float)]
+        return f"{min(v):.0f}-{max(v):.0f} {unit}" if v else "n/a"
+    reasons = sorted({g["clock_event_reasons"] for g in states if g.get("clock_event_reasons")})
+    return (f"GPU at {len(states)} step ends: SM clock {span('sm_clock_mhz', 'MHz')} (maximum "
+            f"{span('max_sm_clock_mhz', 'MHz')}), {span('temperature_c', 'C')}, {span('power_w', 'W')}; clock-event "
+            f"reasons {', '.join(reasons) or 'n/a'}")
 
 
 def breakdown(record: dict) -> dict:
@@ -645,6 +703,8 @@ def report(result: dict) -> str:
     lines.append(f"completion lengths seen: {seen} (asked {result['completion_length']}); pairing = pair_rewards "
                  f"solver alone, consist. = parse + verifier matrix + pairing, per step, on the gathered batch")
     if result["peak_memory_gib"] is not None: lines.append(f"peak GPU memory: {result['peak_memory_gib']:.1f} GiB")
+    gpu = gpu_states_line(result["steps_record"])
+    if gpu is not None: lines.append(gpu)
     return "\n".join(lines)
 
 

@@ -50,6 +50,7 @@ def test_cpu_smoke_times_both_pairings(tmp_path):
     assert math.isclose(result["ratio_minimal_over_random"], test_ratio) and test_ratio > 0
     assert result["completion_lengths_seen"] == [16, 16]           # EOS masked: exactly the asked length
     assert result["completions_per_device"] == 2 * 1 * 2
+    assert not any("gpu" in r for r in result["steps_record"]) and "GPU at" not in stdout   # nvidia-smi: GPUs only
     for r in s.values():   # the breakdown is a partition of the step (pairing inside consistency inside rewards)
         parts = r["generate_s"] + r["rewards_s"] + r["prepare_other_s"] + r["loss_backward_s"] + r["other_s"]
         assert math.isclose(parts, r["mean_s"], rel_tol=1e-9)
@@ -346,3 +347,69 @@ def test_lora_input_casts_switch_changes_no_number(bench):
         assert not any("_cast_input_dtype" in m.__dict__ for m in model.modules())
     finally:
         BaseTunerLayer._cast_input_dtype = cast
+
+
+def fake_smi(tmp_path, name, body):
+    "An executable stand-in for nvidia-smi that logs its arguments and runs `body` (sh)."
+    smi = tmp_path / name
+    smi.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / (name + ".calls")}\n{body}\n'); smi.chmod(0o755)
+    return str(smi), tmp_path / (name + ".calls")
+
+
+def test_gpu_state_reads_nvidia_smi_and_keeps_the_query_it_answers(bench, tmp_path):
+    """The step records' GPU state: an nvidia-smi that refuses the newer name of the clock-event reasons is asked
+    with the older one, and from then on only with that; numbers are parsed, '[N/A]' is None, the bitmask stays text."""
+    smi, calls = fake_smi(tmp_path, "old-smi", 'case "$*" in *clocks_event_reasons*) echo "not a valid field" >&2; '
+                          'exit 2;; esac\necho "1755, 1980, 61, [N/A], 0x0000000000000004"')
+    want = dict(sm_clock_mhz=1755.0, max_sm_clock_mhz=1980.0, temperature_c=61.0, power_w=None,
+                clock_event_reasons="0x0000000000000004")
+    assert bench.gpu_state(3, smi=smi) == want
+    assert bench.gpu_state(3, smi=smi) == want
+    asked = calls.read_text().splitlines()
+    assert len(asked) == 3 and "clocks_event_reasons.active" in asked[0]
+    assert all("clocks_throttle_reasons.active" in a and "--id=3" in a for a in asked[1:])
+    # an nvidia-smi that answers the newer name is asked once per state
+    smi, calls = fake_smi(tmp_path, "new-smi", 'echo "1980, 1980, 55, 512.30, 0x0000000000000000"')
+    assert bench.gpu_state(smi=smi)["power_w"] == 512.3 and len(calls.read_text().splitlines()) == 1
+    # none: no nvidia-smi (the CPU), or one that answers no query
+    assert bench.gpu_state(smi=str(tmp_path / "no-such-smi")) is None
+    smi, calls = fake_smi(tmp_path, "broken-smi", "exit 9")
+    assert bench.gpu_state(smi=smi) is None and len(calls.read_text().splitlines()) == len(bench.GPU_STATE_QUERIES)
+
+
+def test_gpu_states_line_gives_each_figures_range(bench):
+    states = [dict(sm_clock_mhz=1980.0, max_sm_clock_mhz=1980.0, temperature_c=50.0, power_w=400.0,
+                   clock_event_reasons="0x0000000000000000"),
+              dict(sm_clock_mhz=1410.0, max_sm_clock_mhz=1980.0, temperature_c=83.0, power_w=700.0,
+                   clock_event_reasons="0x0000000000000004")]
+    line = bench.gpu_states_line([dict(gpu=g) for g in states] + [dict(gpu=None), dict()])
+    assert line == ("GPU at 2 step ends: SM clock 1410-1980 MHz (maximum 1980-1980 MHz), 50-83 C, 400-700 W; "
+                    "clock-event reasons 0x0000000000000000, 0x0000000000000004")
+    assert bench.gpu_states_line([dict(gpu=None)]) is None
+
+
+def test_step_records_carry_the_gpu_state_where_the_sections_are_cuda(tmp_path):
+    """The GPU branch of the step clock, run on the CPU: the sections take themselves for CUDA (synchronisation and
+    memory figures stubbed) and a stand-in nvidia-smi is on the PATH; every record gets its state and the query's
+    time, the progress lines show the clock, and the report a line of ranges."""
+    smi_dir = tmp_path / "bin"; smi_dir.mkdir()
+    fake_smi(smi_dir, "nvidia-smi", 'echo "1830, 1980, 64, 455.10, 0x0000000000000000"')
+    out = tmp_path / "figures.json"
+    argv = [str(SCRIPT), "--arch", "tiny", "--device", "cpu", "--steps", "2", "--warmup", "1", "--completion-length",
+            "8", "--pairs-per-device", "1", "--K", "2", "--json", str(out)]
+    code = (f"import sys, torch\nsys.argv = {argv!r}\n"
+            "torch.cuda.synchronize = lambda *a: None; torch.cuda.current_device = lambda: 0\n"
+            "torch.cuda.max_memory_allocated = lambda *a: 0\n"
+            "import importlib.util; spec = importlib.util.spec_from_file_location('b', sys.argv[0])\n"
+            "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\n"
+            "init = b.Sections.__init__\n"
+            "def cuda_init(self, device): init(self, device); self.cuda = True\n"
+            "b.Sections.__init__ = cuda_init; b.main()\n")
+    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), PATH=f"{smi_dir}:{os.environ['PATH']}")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = json.loads(out.read_text())["steps_record"]
+    assert len(records) == 5 and all(r["gpu"]["sm_clock_mhz"] == 1830.0 and r["gpu_query_s"] > 0 for r in records)
+    assert sum("SM 1830.0 MHz, 64.0 C, 455.1 W" in line for line in proc.stdout.splitlines()) == 5
+    assert "GPU at 5 step ends: SM clock 1830-1830 MHz (maximum 1980-1980 MHz), 64-64 C, 455-455 W" in proc.stdout
