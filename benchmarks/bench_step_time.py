@@ -403,13 +403,21 @@ def _smi_value(text: str):
     except ValueError: return text
 
 
+def smi_id(cuda_index: int) -> str:
+    """nvidia-smi's name for CUDA device `cuda_index`: CUDA numbers the devices that CUDA_VISIBLE_DEVICES lists (an
+    index or a UUID each, as nvidia-smi's `--id` takes them), nvidia-smi all of them."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return visible[cuda_index] if cuda_index < len(visible) else str(cuda_index)
+
+
 def gpu_state(index: int = 0, smi: str = "nvidia-smi") -> dict | None:
-    """GPU `index`'s SM clock, maximum SM clock, temperature, power draw and clock-event reasons now
+    """CUDA device `index`'s SM clock, maximum SM clock, temperature, power draw and clock-event reasons now
     (`GPU_STATE_QUERIES`), read with nvidia-smi; None where it is missing or answers none of the queries."""
     queries = [_ACCEPTED_QUERY[smi]] if smi in _ACCEPTED_QUERY else GPU_STATE_QUERIES
     for fields in queries:
         try:
-            out = subprocess.run([smi, f"--id={index}", "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
+            out = subprocess.run([smi, f"--id={smi_id(index)}", "--query-gpu=" + ",".join(fields),
+                                  "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None

@@ -356,9 +356,10 @@ def fake_smi(tmp_path, name, body):
     return str(smi), tmp_path / (name + ".calls")
 
 
-def test_gpu_state_reads_nvidia_smi_and_keeps_the_query_it_answers(bench, tmp_path):
+def test_gpu_state_reads_nvidia_smi_and_keeps_the_query_it_answers(bench, tmp_path, monkeypatch):
     """The step records' GPU state: an nvidia-smi that refuses the newer name of the clock-event reasons is asked
     with the older one, and from then on only with that; numbers are parsed, '[N/A]' is None, the bitmask stays text."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     smi, calls = fake_smi(tmp_path, "old-smi", 'case "$*" in *clocks_event_reasons*) echo "not a valid field" >&2; '
                           'exit 2;; esac\necho "1755, 1980, 61, [N/A], 0x0000000000000004"')
     want = dict(sm_clock_mhz=1755.0, max_sm_clock_mhz=1980.0, temperature_c=61.0, power_w=None,
@@ -375,6 +376,15 @@ def test_gpu_state_reads_nvidia_smi_and_keeps_the_query_it_answers(bench, tmp_pa
     assert bench.gpu_state(smi=str(tmp_path / "no-such-smi")) is None
     smi, calls = fake_smi(tmp_path, "broken-smi", "exit 9")
     assert bench.gpu_state(smi=smi) is None and len(calls.read_text().splitlines()) == len(bench.GPU_STATE_QUERIES)
+
+
+def test_smi_id_follows_cuda_visible_devices(bench, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert bench.smi_id(1) == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert (bench.smi_id(0), bench.smi_id(1)) == ("2", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8d2c7e5a-0000-0000-0000-000000000000")
+    assert bench.smi_id(0) == "GPU-8d2c7e5a-0000-0000-0000-000000000000"
 
 
 def test_gpu_states_line_gives_each_figures_range(bench):
