@@ -384,11 +384,12 @@ def profile_callback(trainer, model, device, step: int, top: int, trace, say, cl
     return ProfileStep()
 
 
-# The GPU's state at each step's end, read with nvidia-smi (the machines have it; NVML's Python binding is not there):
-# the SM clock against its maximum, the temperature, the power draw and the active clock-event reasons (NVML's bitmask
-# as nvidia-smi prints it, a hex number). Session 23's H100 took 18.1-25.9 s for the same generation from step to
-# step: these tell whether the clock moved with it. Newer nvidia-smi calls the reasons "clocks_event_reasons", older
-# "clocks_throttle_reasons": the first query a machine answers is kept for the run.
+# The GPU's state at each step's end, read with nvidia-smi (the machines have it; torch.cuda's `clock_rate` and the
+# like need NVML's Python binding, which neither the carried wheels nor the GPU-torch venv here have, and give no
+# reasons): the SM clock against its maximum, the temperature, the power draw and the active clock-event reasons
+# (NVML's bitmask as nvidia-smi prints it, a hex number). Session 23's H100 took 18.1-25.9 s for the same generation
+# from step to step: these tell whether the clock moved with it. Newer nvidia-smi calls the reasons
+# "clocks_event_reasons", older "clocks_throttle_reasons": the first query a machine answers is kept for the run.
 GPU_STATE_QUERIES = tuple(
     {"clocks.sm": "sm_clock_mhz", "clocks.max.sm": "max_sm_clock_mhz", "temperature.gpu": "temperature_c",
      "power.draw": "power_w"} | ({reasons: "clock_event_reasons"} if reasons else {})
