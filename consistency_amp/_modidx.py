@@ -73,6 +73,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                               'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out.answer_type_of': ( 'held_out.html#answer_type_of',
                                                                                                              'consistency_amp/evaluation/held_out.py'),
+                                                     'consistency_amp.evaluation.held_out.answering_time': ( 'held_out.html#answering_time',
+                                                                                                             'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out.base_model_sizes': ( 'held_out.html#base_model_sizes',
                                                                                                                'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out.check_eval_params': ( 'held_out.html#check_eval_params',

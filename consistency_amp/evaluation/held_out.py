@@ -28,7 +28,7 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'resolve_tasks', 'base_model_sizes',
            'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng', 'answer_type_of',
            'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table', 'check_eval_params',
-           'evaluate']
+           'evaluate', 'answering_time']
 
 # %% ../../nbs/48_held_out.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -260,6 +260,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
     start = time.perf_counter()
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
     completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device)
+    loaded = time.perf_counter()   # the test data read and the model loaded (or vLLM's engine started)
     records, results, shard = [], [], process_group()
     for (task, source), group in examples.items():
         answered = answer_examples(group, completer, consistency_samples=p["consistency_samples"], seed=p["seed"],
@@ -273,5 +274,17 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
                              batch_size=p["batch_size"], backend=backend),
                created_at=utc_now(), consistency_samples=p["consistency_samples"], seed=p["seed"],
                max_examples=p["max_examples"], tasks=list(p["tasks"]), sources=list(p["sources"]), processes=shard[1],
-               elapsed_s=round(time.perf_counter() - start, 3), results=results)
+               load_s=round(loaded - start, 3), elapsed_s=round(time.perf_counter() - start, 3), results=results)
     return (out, records) if return_records else out
+
+# %% ../../nbs/48_held_out.ipynb #cccc3598
+def answering_time(result: dict) -> str | None:
+    "An evaluation's answering time, loading apart, per 1,000 questions; None for results stored before `load_s`."
+    if result.get("load_s") is None: return None
+    n = sum(r["n"] for r in result["results"])
+    draws = sum(r.get("consistency_pairs", 0) for r in result["results"])
+    answer_s = result["elapsed_s"] - result["load_s"]
+    per_1000 = f": {1000 * answer_s / n:.1f} s per 1,000 questions" + (" (draws included)" if draws else "") if n else ""
+    return (f"{n} questions" + (f" and {draws} consistency draws" if draws else "")
+            + f" answered in {answer_s:.1f} s after {result['load_s']:.1f} s of loading{per_1000}")
+

@@ -14,8 +14,8 @@ from pathlib import Path
 from ..core import DEFAULT_MODEL, check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS
 from .held_out import (DEFAULT_BATCH_SIZE, EVAL_SOURCES, _barrier, _check_adapter,
-                                                    base_model_sizes, check_eval_params, evaluate, process_group,
-                                                    results_table)
+                                                    answering_time, base_model_sizes, check_eval_params, evaluate,
+                                                    process_group, results_table)
 from ..training.model_card import write_model_card
 from ..training.run_records import read_run
 from ..training.runs import (create_run, EVAL_DIR, model_tag, PARAMS_FILE, read_json, RUN_NAME_RE,
@@ -114,7 +114,7 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     if examples: results["examples"] = records          # per-example completions, answers and scores
     if process_group()[0] == 0:                            # sharded: every process has the results, the main one writes
         write_json(path, results, overwrite=overwrite)
-        print(f"{record.name}, {path.stem}:\n{results_table(results['results'])}", flush=True)
+        print(f"{record.name}, {path.stem}:\n{results_table(results['results'])}\n{answering_time(results)}", flush=True)
         if record.kind != "train": write_status(record.path, "complete", 0)
         else: write_model_card(record.path)              # the adapter's card lists every evaluation
     _barrier()
