@@ -41,7 +41,7 @@ python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH"
   > "$OUT/save_random_model.log" 2>&1 || { echo "save_random_model failed"; tail -5 "$OUT/save_random_model.log"; }
 # the built-in world's test split holds 7 depth questions, too few to time answering apart from the engine's start: a
 # test world of 240 indoor images has 225 questions over the six tasks (46 of depth; at most 30 a task: 161), built in
-# 4.5 s on this repository's 2 CPU cores
+# 4.5 s on the development machine's 2 CPU cores
 python3 -c "from consistency_amp.world.synthetic import SyntheticConfig, make_synthetic_world as make
 make('/tmp/test-world', SyntheticConfig(n_images_per_split={'test': 240}, sources=('SUNRGBD',)))" > "$OUT/test_world.log" 2>&1 ||
   { echo "test world failed"; tail -3 "$OUT/test_world.log"; }
