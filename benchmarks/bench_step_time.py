@@ -714,6 +714,8 @@ def report(result: dict) -> str:
     if result["peak_memory_gib"] is not None: lines.append(f"peak GPU memory: {result['peak_memory_gib']:.1f} GiB")
     gpu = gpu_states_line(result["steps_record"])
     if gpu is not None: lines.append(gpu)
+    elif any("gpu" in r for r in result["steps_record"]):   # a GPU run whose nvidia-smi gave nothing: say so
+        lines.append("GPU state not read: nvidia-smi is missing or answered none of GPU_STATE_QUERIES")
     return "\n".join(lines)
 
 

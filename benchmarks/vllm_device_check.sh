@@ -36,7 +36,7 @@ log=$OUT/step_time_${ARCH}_${LENGTH}_vllm.log
 timeout "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings minimal \
   --use-vllm colocate --steps "$STEPS" --warmup 1 --trainer-args "${TRAINER_ARGS:-{\}}" \
   --json "$OUT/step_time_${ARCH}_${LENGTH}_vllm.json" > "$log" 2>&1
-echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|Error|error" "$log" | tail -12
+echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|^GPU|Error|error" "$log" | tail -13
 python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH" --adapter-out "/tmp/random-$ARCH-lora" \
   > "$OUT/save_random_model.log" 2>&1 || { echo "save_random_model failed"; tail -5 "$OUT/save_random_model.log"; }
 # the built-in world's test split holds 7 depth questions, too few to time answering apart from the engine's start: a

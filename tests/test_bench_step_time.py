@@ -396,6 +396,12 @@ def test_gpu_states_line_gives_each_figures_range(bench):
     assert line == ("GPU at 2 step ends: SM clock 1410-1980 MHz (maximum 1980-1980 MHz), 50-83 C, 400-700 W; "
                     "clock-event reasons 0x0000000000000000, 0x0000000000000004")
     assert bench.gpu_states_line([dict(gpu=None)]) is None
+    # a GPU run whose nvidia-smi answered nothing says so in the report, a CPU run (no `gpu` key) says nothing
+    step = dict(arm="minimal", pairing="minimal", seconds=1.0, sections={})
+    result = dict(pairings=bench.summarise([step], 0), completion_lengths_seen=[8, 8], completion_length=8,
+                  peak_memory_gib=1.0, steps_record=[dict(step, gpu=None)])
+    assert "GPU state not read: nvidia-smi is missing" in bench.report(result)
+    assert "GPU state" not in bench.report(dict(result, steps_record=[step]))
 
 
 def test_step_records_carry_the_gpu_state_where_the_sections_are_cuda(tmp_path):
