@@ -129,18 +129,21 @@ NO_DROPOUT = ":lora-dropout-0"  # suffix of an arm that runs its pairing with ev
 MERGED = ":merged-generation"   # suffix of an arm that samples from the merged LoRA weights (merge_lora_for_generation)
 COMPILED = ":compiled-generation"   # suffix of an arm whose decoding transformers compiles (compile_generation)
 UNCAST = ":lora-input-uncast"   # suffix of an arm whose LoRA layers skip peft's input cast where autocast is on
+SHARED = ":shared-prompt"   # suffix of an arm that forwards each distinct prompt once in the log-prob passes
 
 
 def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False,
-         compiled_arm: bool = False, uncast_arm: bool = False) -> list[str]:
+         compiled_arm: bool = False, uncast_arm: bool = False, shared_arm: bool = False) -> list[str]:
     """The timed arms: each pairing (with the image cache unless `image_cache` is 'off'), without the cache for
     'both', with LoRA dropout 0 if `dropout_arm`, sampling from merged weights if `merged_arm`, with compiled
-    decoding if `compiled_arm`, and without the LoRA layers' input casts under autocast if `uncast_arm`."""
+    decoding if `compiled_arm`, without the LoRA layers' input casts under autocast if `uncast_arm`, and with each
+    prompt forwarded once in the log-probability passes if `shared_arm`."""
     return (list(pairings) + ([p + NO_CACHE for p in pairings] if image_cache == "both" else [])
             + ([p + NO_DROPOUT for p in pairings] if dropout_arm else [])
             + ([p + MERGED for p in pairings] if merged_arm else [])
             + ([p + COMPILED for p in pairings] if compiled_arm else [])
-            + ([p + UNCAST for p in pairings] if uncast_arm else []))
+            + ([p + UNCAST for p in pairings] if uncast_arm else [])
+            + ([p + SHARED for p in pairings] if shared_arm else []))
 
 
 def arm_settings(arm: str) -> tuple[str, bool, bool]:
@@ -162,6 +165,11 @@ def compiled_generation(trainer) -> bool:
     "Did the trainer's step decode with transformers' compiled step? (With vLLM TRL makes no `generation_config`: no.)"
     generation = getattr(trainer, "generation_config", None)
     return generation is not None and not generation.disable_compile
+
+
+def arm_shared(arm: str) -> bool:
+    "Does the arm forward each distinct prompt once in the log-probability passes (share_prompt_forward)?"
+    return arm.endswith(SHARED)
 
 
 def arm_uncast(arm: str) -> bool:
@@ -235,7 +243,10 @@ def timed(base):
             self.sections, self.scripted, self.answer_rng = sections, scripted, np.random.default_rng(seed)
 
         def _generate_and_score_completions(self, inputs):
-            with self.sections("prepare"): return super()._generate_and_score_completions(inputs)
+            with self.sections("prepare"): out = super()._generate_and_score_completions(inputs)
+            lengths = out["prompt_mask"].sum(1)   # what a repeated prompt costs the loss pass (--shared-prompt-arm)
+            self.prompt_lengths = [int(lengths.min()), int(lengths.max())]
+            return out
 
         def _generate(self, prompts):
             with self.sections("generate"): return super()._generate(prompts)
@@ -287,6 +298,7 @@ def timed_trainer_class():
             self.merged_arm = False   # whether arms switch merge_lora_for_generation (set by run)
             self.compiled_arm = False   # whether arms switch compiled decoding on a static cache (set by run)
             self.uncast_arm = False   # whether arms switch the LoRA layers' input casts under autocast (set by run)
+            self.shared_arm = False   # whether arms switch share_prompt_forward (set by run)
 
         def on_train_begin(self, args, state, control, **kw):
             self.sections.sync(); self.last = time.perf_counter(); self.sections.take()
@@ -297,6 +309,7 @@ def timed_trainer_class():
             if getattr(self.trainer, "image_cache", None) is not None: self.trainer.image_cache.enabled = cache_on
             if self.dropout is not None: set_lora_dropout(self.trainer.model, self.dropout if dropout_on else 0.0)
             if self.merged_arm: args.merge_lora_for_generation = arm_merged(self.arm)
+            if self.shared_arm: args.share_prompt_forward = arm_shared(self.arm)
             if self.uncast_arm: set_lora_input_casts(self.trainer.model, under_autocast=not arm_uncast(self.arm))
             if self.compiled_arm:   # what OTGRPOConfig.compile_generation sets, switched per step
                 generation = self.trainer.generation_config
@@ -312,6 +325,8 @@ def timed_trainer_class():
                                      merged_generation=bool(args.merge_lora_for_generation),
                                      compiled_generation=compiled_generation(self.trainer),
                                      lora_input_casts_under_autocast=not arm_uncast(self.arm),
+                                     shared_prompt_forward=bool(args.share_prompt_forward),
+                                     prompt_lengths=getattr(self.trainer, "prompt_lengths", None),
                                      seconds=now - self.last,
                                      sections=self.sections.take()))
             if self.sections.cuda:   # after `now`: the query's time (recorded) falls in the next step's rest
@@ -514,6 +529,11 @@ def parse_args(argv=None):
                     help="for each pairing also an arm whose LoRA layers skip peft's cast of their input to the "
                          "adapter's float32 where autocast is on (the loss passes under bf16), interleaved (ABBA): what "
                          "those casts cost (exact with LoRA dropout 0; with dropout, other masks)")
+    ap.add_argument("--shared-prompt-arm", action="store_true",
+                    help="for each pairing also an arm that forwards each distinct prompt once in the log-probability "
+                         "passes, its keys and values shared by its K completions (OTGRPOConfig.share_prompt_forward), "
+                         "interleaved (ABBA): what the repeated prompts cost in loss + backward (exact to rounding "
+                         "with LoRA dropout 0; with dropout, a prompt's completions share its mask)")
     ap.add_argument("--compiled-generation-arm", action="store_true",
                     help="for each pairing also an arm whose decoding transformers compiles on a static KV cache "
                          "(OTGRPOConfig.compile_generation; CUDA graphs on a GPU, nothing compiled on the CPU), "
@@ -565,7 +585,7 @@ def run(args) -> dict:
                                                                    if args.max_pixels is not None else {}))
     skipped = args.warmup + int(args.profile)   # warm-up steps, then the profiled step: none of them is timed
     timed_arms = arms(args.pairings, args.image_cache, args.lora_dropout_arm, args.merged_generation_arm,
-                      args.compiled_generation_arm, args.lora_uncast_arm)
+                      args.compiled_generation_arm, args.lora_uncast_arm, args.shared_prompt_arm)
     schedule = pairing_schedule(timed_arms, skipped, args.steps)
     gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
     params = TrainParams(task=args.task, source=args.source, pairing=arm_settings(schedule[0])[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
@@ -610,6 +630,7 @@ def run(args) -> dict:
         clock.merged_arm = args.merged_generation_arm
         clock.compiled_arm = args.compiled_generation_arm
         clock.uncast_arm = args.lora_uncast_arm
+        clock.shared_arm = args.shared_prompt_arm
         if args.lora_dropout_arm:
             clock.dropout = next(m.p for n, m in model.named_modules()
                                  if isinstance(m, torch.nn.Dropout) and ".lora_dropout." in f".{n}.")
@@ -697,6 +718,11 @@ def report(result: dict) -> str:
                          f"{against} ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); generate "
                          f"{r['generate_s']:.3f} vs {base['generate_s']:.3f}, loss+bwd {r['loss_backward_s']:.3f} vs "
                          f"{base['loss_backward_s']:.3f}")
+        if arm_shared(arm) and arm_settings(arm)[0] in s:
+            base = s[arm_settings(arm)[0]]
+            lines.append(f"prompts forwarded once, {arm_settings(arm)[0]}: {r['mean_s']:.3f} s/step against "
+                         f"{base['mean_s']:.3f} per row ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); loss+bwd "
+                         f"{r['loss_backward_s']:.3f} vs {base['loss_backward_s']:.3f}")
         for suffix, what in ((NO_CACHE, "image cache"), (NO_DROPOUT, "LoRA dropout"),
                              (UNCAST, "LoRA input casts under autocast")):
             if arm.endswith(suffix) and arm_settings(arm)[0] in s:
@@ -709,6 +735,8 @@ def report(result: dict) -> str:
         lines.append("over stock TRL (GRPOTrainer on the same prompts and completions per step): " + ", ".join(
             f"{p} {r:.3f} ({(r - 1) * 100:+.1f}%)" for p, r in result["ratio_over_stock_trl"].items()))
     seen = result["completion_lengths_seen"]
+    prompts = [r["prompt_lengths"] for r in result["steps_record"] if r.get("prompt_lengths")]
+    if prompts: lines.append(f"prompt lengths seen: [{min(a for a, _ in prompts)}, {max(b for _, b in prompts)}] tokens")
     lines.append(f"completion lengths seen: {seen} (asked {result['completion_length']}); pairing = pair_rewards "
                  f"solver alone, consist. = parse + verifier matrix + pairing, per step, on the gathered batch")
     if result["peak_memory_gib"] is not None: lines.append(f"peak GPU memory: {result['peak_memory_gib']:.1f} GiB")

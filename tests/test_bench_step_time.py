@@ -111,6 +111,19 @@ def test_cpu_lora_uncast_arm(tmp_path):
     assert "LoRA input casts under autocast, minimal:" in stdout
 
 
+def test_cpu_shared_prompt_arm(tmp_path):
+    "--shared-prompt-arm interleaves steps that forward each distinct prompt once in the log-probability passes."
+    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
+                               "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
+                               "--shared-prompt-arm")
+    timed = result["steps_record"][1:]
+    assert [r["arm"] for r in timed] == ["minimal", "minimal:shared-prompt"]
+    assert [r["shared_prompt_forward"] for r in timed] == [False, True]
+    assert all(0 < r["prompt_lengths"][0] <= r["prompt_lengths"][1] for r in timed)
+    assert "prompt lengths seen: [" in stdout
+    assert "prompts forwarded once, minimal:" in stdout
+
+
 @pytest.mark.parametrize("arch, hub_total", [("3B", 3.75e9), ("7B", 8.29e9)])
 def test_architectures_have_released_parameter_counts(bench, arch, hub_total):
     total = bench.parameter_count(arch)
@@ -176,6 +189,9 @@ def test_arms_and_their_settings(bench):
     assert bench.arms(["minimal"], "on", uncast_arm=True) == ["minimal", "minimal:lora-input-uncast"]
     assert bench.arm_settings("minimal:lora-input-uncast") == ("minimal", True, True)
     assert bench.arm_uncast("minimal:lora-input-uncast") and not bench.arm_uncast("minimal:compiled-generation")
+    assert bench.arms(["minimal"], "on", shared_arm=True) == ["minimal", "minimal:shared-prompt"]
+    assert bench.arm_settings("minimal:shared-prompt") == ("minimal", True, True)
+    assert bench.arm_shared("minimal:shared-prompt") and not bench.arm_shared("minimal:lora-input-uncast")
     from consistency_amp.training.models import load_model
     model, _ = load_model()
     bench.set_lora_dropout(model, 0.0)

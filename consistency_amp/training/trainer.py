@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -21,7 +22,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
-from .image_features import install_image_cache
+from .image_features import install_image_cache, shared_prompt_logps
 from .generation import (adapt_vllm_generation, merged_lora_weights, out_of_place_merges,
     replace_input_grads_hooks, static_cache_length, without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
@@ -83,6 +84,12 @@ class OTGRPOConfig(GRPOConfig):
                                       "Sets cache_implementation='static' unless given. transformers compiles on "
                                       "GPUs only; on the CPU this samples through the static cache uncompiled "
                                       "(the same completions, nbs/27_trainer). transformers' generate only.")
+    share_prompt_forward: bool = _param(False, "Score the completions with each distinct prompt forwarded once, its "
+                                        "keys and values shared by its K completions (nbs/25_image_features), in "
+                                        "the loss forward and TRL's other log-probability passes: at the paper's "
+                                        "load nearly half the tokens of those passes are repeated prompts. The "
+                                        "same log-probabilities and gradients to within float rounding; with LoRA "
+                                        "dropout, the K completions of a prompt share its dropout mask.")
 
     def __post_init__(self):
         settle_paired_config(self)
@@ -334,6 +341,19 @@ class OTGRPOTrainer(GRPOTrainer):
         else: weights = nullcontext()
         with without_input_grads_hooks(model), weights:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **media):
+        "TRL's; with `share_prompt_forward`, each distinct prompt forwarded once (`shared_prompt_logps`) where it applies and the rows are one chunk."
+        if self.args.share_prompt_forward and (batch_size or len(input_ids)) >= len(input_ids) and not compute_aux_loss:
+            with self.accelerator.autocast():
+                shared = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy, **media)
+            if shared is not None: return (*shared, None)
+            warnings.warn("share_prompt_forward=True, but this batch's prompts could not be shared (a model without a "
+                          "Qwen2-VL-style encoder, no mm_token_type_ids, a prompt ending in padding, or no prompt "
+                          "repeated): TRL's pass scores it", stacklevel=2)
+        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                                          compute_entropy, compute_aux_loss, **media)
 
     def _get_train_sampler(self, dataset=None) -> Sampler:
         dataset = self.train_dataset if dataset is None else dataset
