@@ -124,6 +124,19 @@ def test_cpu_shared_prompt_arm(tmp_path):
     assert "prompts forwarded once, minimal:" in stdout
 
 
+def test_gpu_shared_prompt_check_on_the_cpu(tmp_path):
+    "benchmarks/gpu_shared_prompt_check.py, the GPU's bf16 check of share_prompt_forward, runs in float32 on the CPU."
+    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_shared_prompt_check.py"), "--arch", "tiny",
+                           "--K", "2", "--prompts", "2", "--completion-length", "8"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("log p, shared vs TRL"))
+    logp_diff, grad_diff = float(line.split("max ")[1].split(",")[0]), float(line.rsplit(" ", 1)[1])
+    assert logp_diff < 1e-5 and grad_diff < 1e-5, line
+    assert "4 rows (2 prompts x K=2)" in proc.stdout
+
+
 @pytest.mark.parametrize("arch, hub_total", [("3B", 3.75e9), ("7B", 8.29e9)])
 def test_architectures_have_released_parameter_counts(bench, arch, hub_total):
     total = bench.parameter_count(arch)
