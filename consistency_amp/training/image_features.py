@@ -5,6 +5,7 @@
 # %% ../../nbs/25_image_features.ipynb #e7854606
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
 from contextlib import contextmanager
 
@@ -175,7 +176,9 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, c
     distinct prompt forwarded once; None where that does not apply (`other_media`: other model families' fields)."""
     backbone, cut = image_encoder(model), input_ids.size(1) - logits_to_keep - 1   # the prompt's last token: in each row
     if (backbone is None or mm_token_type_ids is None or any(v is not None for v in other_media.values()) or cut < 1
-            or not bool(attention_mask[:, cut].all())): return None
+            or not bool(attention_mask[:, cut].all()) or not hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache")):
+        return None
+    cache = "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"   # 5.24 renamed it
     images = row_images(pixel_values, image_grid_thw, num_images, len(input_ids))
     first, group = prompt_groups(input_ids, attention_mask, logits_to_keep, images)
     if len(first) == len(input_ids): return None
@@ -187,11 +190,11 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, c
                  position_ids=positions[:, first, :cut], mm_token_type_ids=mm_token_type_ids[first, :cut],
                  pixel_values=None if pixel_values is None else torch.cat([images[r][0] for r in first]),
                  image_grid_thw=None if image_grid_thw is None else torch.cat([images[r][1] for r in first]),
-                 cache=prompts, use_cache=False)
+                 use_cache=False, **{cache: prompts})
         index = torch.tensor(group, device=input_ids.device)
         shared = layer_caches(SharedPromptLayer(layer.keys[index], layer.values[index]) for layer in prompts.layers)
         labels = input_ids[:, cut:].masked_fill(attention_mask[:, cut:] == 0, -100)
         labels[:, 0] = -100
         out = model(input_ids=input_ids[:, cut:], attention_mask=attention_mask, position_ids=positions[:, :, cut:],
-                    cache=shared, labels=labels, fused_lm_head=True)
+                    labels=labels, fused_lm_head=True, **{cache: shared})
     return out.log_probs[:, -logits_to_keep:], out.entropy[:, -logits_to_keep:] if compute_entropy else None
