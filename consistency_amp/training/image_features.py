@@ -120,13 +120,14 @@ class PromptLayer(DynamicLayer):
         return key_states, value_states
 
 class SharedPromptLayer(DynamicLayer):
-    "A layer's cache in the completions' pass: each row's prompt keys and values, put before the row's own; never extended."
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+    "A layer's cache in the completions' pass: row i's prompt keys and values (`keys[index[i]]`) before its own; never extended."
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor):
         super().__init__()
-        self.keys, self.values, self.is_initialized = keys, values, True
+        self.keys, self.values, self.index, self.is_initialized = keys, values, index, True
 
-    def update(self, key_states, value_states, *args, **kwargs):
-        return torch.cat([self.keys, key_states], -2), torch.cat([self.values, value_states], -2)
+    def update(self, key_states, value_states, *args, **kwargs):   # rows expanded here: a checkpointed layer frees them
+        return (torch.cat([self.keys[self.index], key_states], -2),
+                torch.cat([self.values[self.index], value_states], -2))
 
 def layer_caches(layers) -> DynamicCache:
     "A `DynamicCache` made of the given layer caches."
@@ -192,7 +193,7 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, c
                  image_grid_thw=None if image_grid_thw is None else torch.cat([images[r][1] for r in first]),
                  use_cache=False, **{cache: prompts})
         index = torch.tensor(group, device=input_ids.device)
-        shared = layer_caches(SharedPromptLayer(layer.keys[index], layer.values[index]) for layer in prompts.layers)
+        shared = layer_caches(SharedPromptLayer(layer.keys, layer.values, index) for layer in prompts.layers)
         labels = input_ids[:, cut:].masked_fill(attention_mask[:, cut:] == 0, -100)
         labels[:, 0] = -100
         out = model(input_ids=input_ids[:, cut:], attention_mask=attention_mask, position_ids=positions[:, :, cut:],
