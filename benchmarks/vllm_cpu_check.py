@@ -14,7 +14,8 @@ from token to token instead of repeating one token, and can be compared.
 Each part runs in a process of its own and prints PASS or FAIL for each check; the script exits with 1 if any fails.
 * training: `OTGRPOTrainer` with `use_vllm=True` (colocate) trains `--steps` steps on paired prompts with images and
   the project's LoRA adapter; the base weights stay bitwise as they were (`out_of_place_merges`); vLLM's
-  log-probabilities of a sampled batch are the trainer model's (over the vocabulary less the forbidden image token);
+  log-probabilities of a sampled batch are the trainer model's (over the vocabulary less the forbidden image token),
+  and TRL's pass over that batch gives the same with each prompt forwarded once (`share_prompt_forward`);
   the engine holds the merged weights (base + alpha/r B A) and generates from the processor's prompts; and one batch
   decoded greedily through vLLM and through transformers' `generate` gives the same completion tokens, row for row
   (x and x', each with its own image).
@@ -30,7 +31,7 @@ model does on the CPU (vLLM would cast it to bfloat16: a different rounding, and
 vLLM's CPU build keeps its linear layers' weights as parameters instead of packing them for oneDNN (it then drops
 the parameters, and TRL's weight sync has nothing to load into).
 """
-import argparse, copy, functools, json, math, os, subprocess, sys, tempfile, time
+import argparse, copy, functools, json, math, os, subprocess, sys, tempfile, time, warnings
 from pathlib import Path
 
 import torch
@@ -154,6 +155,22 @@ def run_training(folder: Path, steps: int, results: list) -> None:
            f"renormalised "
            f"without the forbidden image token, as vLLM's are (without renormalising: {raw:.1e}, TRL's "
            f"sampling_logp_difference)")
+    ids, attention = (torch.cat([sampled[f"prompt_{k}"], sampled[f"completion_{k}"]], 1) for k in ("ids", "mask"))
+    media = {k: sampled[k] for k in ("pixel_values", "image_grid_thw", "num_images", "mm_token_type_ids") if k in sampled}
+    def old_logps(share: bool):   # TRL's old-policy pass under vLLM, rows whole or each prompt forwarded once
+        trainer.args.share_prompt_forward = share
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, mask.size(1),
+                                                               batch_size=len(ids), **media)[0]
+        trainer.args.share_prompt_forward = False
+        return logps, [str(w.message) for w in caught if "could not be shared" in str(w.message)]
+    (whole, _), (shared, fell_back) = old_logps(False), old_logps(True)
+    gap = (shared - whole)[mask].abs().max().item()
+    report(results, "share_prompt_forward on vLLM's batch = TRL's pass", not fell_back and gap < 1e-5,
+           f"|each prompt once - rows whole| <= {gap:.1e} over the {int(mask.sum())} sampled tokens "
+           f"({len(ids)} rows of {len({tuple(r) for r in sampled['prompt_ids'].tolist()})} prompts)"
+           + (f"; fell back: {fell_back[0]}" if fell_back else ""))
     seen = engine_prompts(trainer)
     trainer.vllm_generation.generation_kwargs["temperature"] = 0.0   # greedy: vLLM's argmax (the sync runs first)
     with_vllm = trainer._generate_and_score_completions(copy.deepcopy(rows))
