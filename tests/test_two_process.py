@@ -5,7 +5,9 @@ model for two steps on CPU (gloo) with scripted completions, and this test check
   rank 0 and its x' group on rank 1;
 * the reward columns TRL gathered on each rank equal a single-process recomputation (format reward + paired
   consistency reward on the whole batch), and the advantages each rank kept are its slice of the per-group
-  normalisation of those rewards.
+  normalisation of those rewards;
+* with `share_prompt_forward` (each distinct prompt forwarded once, around DDP's forward for the prompts' pass), the
+  synchronised gradient norm of the first step is the default run's.
 
 (`accelerate launch --cpu --num_processes 2` silently runs a single process on a CPU-only machine; torchrun does not.)
 """
@@ -25,20 +27,29 @@ from two_process_train import GROUPS_PER_RANK, K, examples_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def world(tmp_path_factory):
     from consistency_amp.world.synthetic import make_synthetic_world
-    world = make_synthetic_world(tmp_path_factory.mktemp("world") / "world", n_images_per_split={"train": 8},
-                                 sources=("SUNRGBD",), indoor_size=(320, 240))
+    return make_synthetic_world(tmp_path_factory.mktemp("world") / "world", n_images_per_split={"train": 8},
+                                sources=("SUNRGBD",), indoor_size=(320, 240))
+
+
+def two_processes(tmp_path_factory, world, share_prompt_forward: bool) -> list[dict]:
+    "What each rank of a two-process run recorded."
     out = tmp_path_factory.mktemp("ranks")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     if torchrun is None: pytest.skip("torchrun is not installed")
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
     env.setdefault("CONSISTENCY_AMP_CACHE", str(tmp_path_factory.mktemp("cache")))
     proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(REPO / "tests" / "two_process_train.py"),
-                           str(out), str(world)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                           str(out), str(world), str(int(share_prompt_forward))], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
-    return ranks, examples_of(world)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, world):
+    return two_processes(tmp_path_factory, world, False), examples_of(world)
 
 
 def test_two_processes_ran(run):
@@ -83,3 +94,12 @@ def test_rewards_and_advantages_match_one_process(run):
         for r, rank in enumerate(ranks):
             torch.testing.assert_close(torch.tensor(rank["steps"][step]["advantages"]),
                                        advantages[r * local:(r + 1) * local])
+
+
+def test_shared_prompts_across_two_processes(run, tmp_path_factory, world):
+    ranks, _ = run
+    shared = two_processes(tmp_path_factory, world, True)
+    assert all(not r["fell_back"] for r in shared + ranks)
+    norms = [[h["grad_norm"] for h in r["log"]] for r in shared + ranks]
+    assert norms[0] == norms[1] and norms[2] == norms[3]          # each run: the ranks hold one synchronised gradient
+    assert abs(norms[0][0] / norms[2][0] - 1) < 1e-5, norms       # the first step: the same gradient as rows whole
