@@ -711,18 +711,15 @@ def report(result: dict) -> str:
                      f"4 pairs x K=8 per device): {PAPER_SECONDS['minimal']} / {PAPER_SECONDS['random']} s = "
                      f"{PAPER_SECONDS['minimal'] / PAPER_SECONDS['random']:.4f}")
     for arm, r in s.items():   # each pairing against its arm without the image cache, or without LoRA dropout
-        if (arm_merged(arm) or arm_compiled(arm)) and arm_settings(arm)[0] in s:
+        if (arm_merged(arm) or arm_compiled(arm) or arm_shared(arm)) and arm_settings(arm)[0] in s:
             base = s[arm_settings(arm)[0]]
-            what, against = ("merged sampling", "with LoRA layers") if arm_merged(arm) else ("compiled decoding", "eager")
+            what, against = (("merged sampling", "with LoRA layers") if arm_merged(arm) else
+                             ("compiled decoding", "eager") if arm_compiled(arm) else
+                             ("prompts forwarded once", "with the rows whole"))
             lines.append(f"{what}, {arm_settings(arm)[0]}: {r['mean_s']:.3f} s/step against {base['mean_s']:.3f} "
                          f"{against} ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); generate "
                          f"{r['generate_s']:.3f} vs {base['generate_s']:.3f}, loss+bwd {r['loss_backward_s']:.3f} vs "
                          f"{base['loss_backward_s']:.3f}")
-        if arm_shared(arm) and arm_settings(arm)[0] in s:
-            base = s[arm_settings(arm)[0]]
-            lines.append(f"prompts forwarded once, {arm_settings(arm)[0]}: {r['mean_s']:.3f} s/step against "
-                         f"{base['mean_s']:.3f} per row ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); loss+bwd "
-                         f"{r['loss_backward_s']:.3f} vs {base['loss_backward_s']:.3f}")
         for suffix, what in ((NO_CACHE, "image cache"), (NO_DROPOUT, "LoRA dropout"),
                              (UNCAST, "LoRA input casts under autocast")):
             if arm.endswith(suffix) and arm_settings(arm)[0] in s:
