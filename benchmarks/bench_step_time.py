@@ -130,20 +130,24 @@ MERGED = ":merged-generation"   # suffix of an arm that samples from the merged 
 COMPILED = ":compiled-generation"   # suffix of an arm whose decoding transformers compiles (compile_generation)
 UNCAST = ":lora-input-uncast"   # suffix of an arm whose LoRA layers skip peft's input cast where autocast is on
 SHARED = ":shared-prompt"   # suffix of an arm that forwards each distinct prompt once in the log-prob passes
+EVERY_IMAGE = ":every-image-processed"   # suffix of an arm whose processor processes every row's image
 
 
 def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False,
-         compiled_arm: bool = False, uncast_arm: bool = False, shared_arm: bool = False) -> list[str]:
+         compiled_arm: bool = False, uncast_arm: bool = False, shared_arm: bool = False,
+         processing_arm: bool = False) -> list[str]:
     """The timed arms: each pairing (with the image cache unless `image_cache` is 'off'), without the cache for
     'both', with LoRA dropout 0 if `dropout_arm`, sampling from merged weights if `merged_arm`, with compiled
-    decoding if `compiled_arm`, without the LoRA layers' input casts under autocast if `uncast_arm`, and with each
-    prompt forwarded once in the log-probability passes if `shared_arm`."""
+    decoding if `compiled_arm`, without the LoRA layers' input casts under autocast if `uncast_arm`, with each
+    prompt forwarded once in the log-probability passes if `shared_arm`, and with the processor processing every
+    row's image (not each distinct one once) if `processing_arm`."""
     return (list(pairings) + ([p + NO_CACHE for p in pairings] if image_cache == "both" else [])
             + ([p + NO_DROPOUT for p in pairings] if dropout_arm else [])
             + ([p + MERGED for p in pairings] if merged_arm else [])
             + ([p + COMPILED for p in pairings] if compiled_arm else [])
             + ([p + UNCAST for p in pairings] if uncast_arm else [])
-            + ([p + SHARED for p in pairings] if shared_arm else []))
+            + ([p + SHARED for p in pairings] if shared_arm else [])
+            + ([p + EVERY_IMAGE for p in pairings] if processing_arm else []))
 
 
 def arm_settings(arm: str) -> tuple[str, bool, bool]:
@@ -170,6 +174,16 @@ def compiled_generation(trainer) -> bool:
 def arm_shared(arm: str) -> bool:
     "Does the arm forward each distinct prompt once in the log-probability passes (share_prompt_forward)?"
     return arm.endswith(SHARED)
+
+
+def images_processed_once(processor) -> bool:
+    "Does `processor` process each distinct image of a call once (`process_images_once` installed and on)?"
+    return bool(getattr(getattr(getattr(processor, "image_processor", None), "preprocess", None), "processes_once", False))
+
+
+def arm_every_image(arm: str) -> bool:
+    "Does the arm's processor process every row's image (`process_images_once` switched off)?"
+    return arm.endswith(EVERY_IMAGE)
 
 
 def arm_uncast(arm: str) -> bool:
@@ -286,6 +300,7 @@ def timed_trainer_class():
     from transformers import TrainerCallback
     import consistency_amp.reward.pairing as pairing_module
     import consistency_amp.training.trainer as trainer_module
+    from consistency_amp.training.image_features import process_images_once
     from consistency_amp.training.trainer import OTGRPOTrainer
 
     TimedOTGRPOTrainer = timed(OTGRPOTrainer)
@@ -307,6 +322,8 @@ def timed_trainer_class():
             self.arm = self.schedule[state.global_step]
             args.pairing, cache_on, dropout_on = arm_settings(self.arm)
             if getattr(self.trainer, "image_cache", None) is not None: self.trainer.image_cache.enabled = cache_on
+            if args.cache_image_features and hasattr(self.trainer, "image_cache"):   # OT-GRPO's arms (stock TRL: off)
+                process_images_once(self.trainer.processing_class, cache_on and not arm_every_image(self.arm))
             if self.dropout is not None: set_lora_dropout(self.trainer.model, self.dropout if dropout_on else 0.0)
             if self.merged_arm: args.merge_lora_for_generation = arm_merged(self.arm)
             if self.shared_arm: args.share_prompt_forward = arm_shared(self.arm)
@@ -321,6 +338,7 @@ def timed_trainer_class():
             cache = getattr(self.trainer, "image_cache", None)
             self.records.append(dict(step=state.global_step, arm=self.arm, pairing=args.pairing,
                                      image_cache=cache is not None and cache.enabled,
+                                     images_processed_once=images_processed_once(self.trainer.processing_class),
                                      lora_dropout=arm_settings(self.arm)[2],
                                      merged_generation=bool(args.merge_lora_for_generation),
                                      compiled_generation=compiled_generation(self.trainer),
@@ -534,6 +552,11 @@ def parse_args(argv=None):
                          "passes, its keys and values shared by its K completions (OTGRPOConfig.share_prompt_forward), "
                          "interleaved (ABBA): what the repeated prompts cost in loss + backward (exact to rounding "
                          "with LoRA dropout 0; with dropout, a prompt's completions share its mask)")
+    ap.add_argument("--image-processing-arm", action="store_true",
+                    help="for each pairing also an arm whose processor processes every row's image, where by default "
+                         "(with the image cache) it processes each distinct image of a call once "
+                         "(image_features.process_images_once), interleaved (ABBA): what the repeated processing costs "
+                         "(exact: the same pixels)")
     ap.add_argument("--compiled-generation-arm", action="store_true",
                     help="for each pairing also an arm whose decoding transformers compiles on a static KV cache "
                          "(OTGRPOConfig.compile_generation; CUDA graphs on a GPU, nothing compiled on the CPU), "
@@ -572,6 +595,7 @@ def parse_args(argv=None):
 def run(args) -> dict:
     from peft import get_peft_model
     from transformers import GenerationConfig, PrinterCallback, set_seed
+    from consistency_amp.training.image_features import process_images_once
     from consistency_amp.training.models import (TINY_MODEL, check_lora_placement, count_parameters, freeze_vision_tower,
                                         load_processor, lora_config, resolve_device, resolve_dtype)
     from consistency_amp.training.train import TrainParams, train_examples, trainer_config, world_size
@@ -585,7 +609,8 @@ def run(args) -> dict:
                                                                    if args.max_pixels is not None else {}))
     skipped = args.warmup + int(args.profile)   # warm-up steps, then the profiled step: none of them is timed
     timed_arms = arms(args.pairings, args.image_cache, args.lora_dropout_arm, args.merged_generation_arm,
-                      args.compiled_generation_arm, args.lora_uncast_arm, args.shared_prompt_arm)
+                      args.compiled_generation_arm, args.lora_uncast_arm, args.shared_prompt_arm,
+                      args.image_processing_arm)
     schedule = pairing_schedule(timed_arms, skipped, args.steps)
     gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
     params = TrainParams(task=args.task, source=args.source, pairing=arm_settings(schedule[0])[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
@@ -656,9 +681,12 @@ def run(args) -> dict:
             stock_trainer.remove_callback(PrinterCallback)
             say(f"stock TRL GRPOTrainer: {stock_config.per_device_train_batch_size} completions per device and step", flush=True)
             if trainer.image_cache is not None: trainer.image_cache.enabled = False   # stock: every row's image encoded
+            processed_once = images_processed_once(processor)
+            process_images_once(processor, enabled=False)                               # and processed
             try: stock_trainer.train()
             finally:
                 if trainer.image_cache is not None: trainer.image_cache.enabled = True
+                process_images_once(processor, enabled=processed_once)
             return stock_clock.records
 
         stock_records = run_stock() if args.stock_trl == "before" else None
@@ -721,7 +749,7 @@ def report(result: dict) -> str:
                          f"{r['generate_s']:.3f} vs {base['generate_s']:.3f}, loss+bwd {r['loss_backward_s']:.3f} vs "
                          f"{base['loss_backward_s']:.3f}")
         for suffix, what in ((NO_CACHE, "image cache"), (NO_DROPOUT, "LoRA dropout"),
-                             (UNCAST, "LoRA input casts under autocast")):
+                             (UNCAST, "LoRA input casts under autocast"), (EVERY_IMAGE, "each image processed once")):
             if arm.endswith(suffix) and arm_settings(arm)[0] in s:
                 on = s[arm_settings(arm)[0]]
                 lines.append(f"{what}, {arm_settings(arm)[0]}: {on['mean_s']:.3f} s/step with, {r['mean_s']:.3f} "

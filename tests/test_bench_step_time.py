@@ -124,6 +124,17 @@ def test_cpu_shared_prompt_arm(tmp_path):
     assert "prompts forwarded once, minimal:" in stdout
 
 
+def test_cpu_image_processing_arm(tmp_path):
+    "--image-processing-arm interleaves steps whose processor processes every row's image."
+    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
+                               "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
+                               "--image-processing-arm")
+    timed = result["steps_record"][1:]
+    assert [r["arm"] for r in timed] == ["minimal", "minimal:every-image-processed"]
+    assert [r["images_processed_once"] for r in timed] == [True, False]
+    assert "each image processed once, minimal:" in stdout
+
+
 def test_gpu_shared_prompt_check_on_the_cpu(tmp_path):
     "benchmarks/gpu_shared_prompt_check.py, the GPU's bf16 check of share_prompt_forward, runs in float32 on the CPU."
     env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
@@ -205,6 +216,8 @@ def test_arms_and_their_settings(bench):
     assert bench.arms(["minimal"], "on", shared_arm=True) == ["minimal", "minimal:shared-prompt"]
     assert bench.arm_settings("minimal:shared-prompt") == ("minimal", True, True)
     assert bench.arm_shared("minimal:shared-prompt") and not bench.arm_shared("minimal:lora-input-uncast")
+    assert bench.arms(["minimal"], "on", processing_arm=True) == ["minimal", "minimal:every-image-processed"]
+    assert bench.arm_every_image("minimal:every-image-processed") and not bench.arm_every_image("minimal")
     from consistency_amp.training.models import load_model
     model, _ = load_model()
     bench.set_lora_dropout(model, 0.0)

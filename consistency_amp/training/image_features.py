@@ -5,19 +5,25 @@
 # %% ../../nbs/25_image_features.ipynb #e7854606
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections import OrderedDict
 from contextlib import contextmanager
 
+import numpy as np
 import torch
+from PIL import Image
 from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.feature_extraction_utils import BatchFeature
+from transformers.image_utils import make_flat_list_of_images
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 # %% auto #0
-__all__ = ['CACHEABLE_ENCODERS', 'image_encoder', 'image_hashes', 'ImageFeatureCache', 'install_image_cache', 'PromptLayer',
-           'SharedPromptLayer', 'layer_caches', 'cache_under_checkpointing', 'row_images', 'prompt_groups',
-           'shared_prompt_logps']
+__all__ = ['CACHEABLE_ENCODERS', 'DEDUPED_IMAGE_PROCESSORS', 'image_encoder', 'image_hashes', 'ImageFeatureCache',
+           'install_image_cache', 'image_key', 'distinct_images', 'repeat_image_rows', 'process_images_once',
+           'PromptLayer', 'SharedPromptLayer', 'layer_caches', 'cache_under_checkpointing', 'row_images',
+           'prompt_groups', 'shared_prompt_logps']
 
 # %% ../../nbs/25_image_features.ipynb #c567ea77
 CACHEABLE_ENCODERS = ("Qwen2_5_VLModel", "Qwen2VLModel")   # get_image_features returns pooler_output alone
@@ -111,6 +117,54 @@ def install_image_cache(model, capacity: int = 64) -> ImageFeatureCache | None:
     get_image_features.image_cache = cache
     encoder.get_image_features = get_image_features
     return cache
+
+# %% ../../nbs/25_image_features.ipynb #485ae1cd
+DEDUPED_IMAGE_PROCESSORS = ("Qwen2VLImageProcessor",)   # class-name prefixes: pixel rows per image = grid t*h*w
+
+def image_key(image: Image.Image) -> tuple:
+    "A key that equal images share: mode, size and a 128-bit hash of the bytes (a match is confirmed on the bytes)."
+    return image.mode, image.size, hashlib.blake2b(image.tobytes(), digest_size=16).digest()
+
+def distinct_images(images: list) -> tuple[list, list[int]]:
+    "(the distinct images in order of first appearance, each image's number among them); equal bytes, equal image."
+    first, index, seen = [], [], {}
+    for image in images:
+        key = image_key(image)
+        match = next((n for n in seen.get(key, ()) if first[n].tobytes() == image.tobytes()), None)
+        if match is None:
+            match = len(first); seen.setdefault(key, []).append(match); first.append(image)
+        index.append(match)
+    return first, index
+
+# %% ../../nbs/25_image_features.ipynb #a9a56c88
+def repeat_image_rows(out: BatchFeature, index: list[int]) -> BatchFeature:
+    "The processor output of the distinct images laid out for every image (`index`: each image's distinct number)."
+    pixels, grid = out["pixel_values"], out["image_grid_thw"]
+    sizes = [int(np.prod(g)) for g in grid.tolist()]
+    starts = np.cumsum([0] + sizes)
+    rows = np.concatenate([np.arange(starts[n], starts[n + 1]) for n in index])
+    if isinstance(pixels, torch.Tensor): rows, index = torch.as_tensor(rows), torch.as_tensor(index)
+    else: index = np.asarray(index)
+    return BatchFeature({"pixel_values": pixels[rows], "image_grid_thw": grid[index]})
+
+# %% ../../nbs/25_image_features.ipynb #f2ba3536
+def process_images_once(processor, enabled: bool = True) -> bool:
+    "Make `processor`'s image processor process each distinct image of a call once (or not: `enabled`); whether it can."
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is None or not type(image_processor).__name__.startswith(DEDUPED_IMAGE_PROCESSORS): return False
+    if not hasattr(image_processor.preprocess, "processes_once"):
+        original = image_processor.preprocess
+        def preprocess(images, *args, **kwargs):
+            flat = make_flat_list_of_images(images) if preprocess.processes_once and images is not None else []
+            if not flat or not all(isinstance(im, Image.Image) for im in flat): return original(images, *args, **kwargs)
+            distinct, index = distinct_images(flat)
+            if len(distinct) == len(flat): return original(images, *args, **kwargs)
+            out = original(distinct, *args, **kwargs)
+            if set(out.keys()) != {"pixel_values", "image_grid_thw"}: return original(images, *args, **kwargs)
+            return repeat_image_rows(out, index)
+        image_processor.preprocess = preprocess
+    image_processor.preprocess.processes_once = enabled
+    return True
 
 # %% ../../nbs/25_image_features.ipynb #4440644c
 class PromptLayer(DynamicLayer):

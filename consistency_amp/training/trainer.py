@@ -22,7 +22,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
-from .image_features import install_image_cache, shared_prompt_logps
+from .image_features import install_image_cache, process_images_once, shared_prompt_logps
 from .generation import (adapt_vllm_generation, merged_lora_weights, out_of_place_merges,
     replace_input_grads_hooks, static_cache_length, without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
@@ -70,8 +70,9 @@ class OTGRPOConfig(GRPOConfig):
                                                 "(paper, Section 4.4).")
     cache_image_features: bool = _param(True, "Encode each distinct image once per generation batch and reuse its "
                                         "features in every forward of the step (the K completions of a prompt share "
-                                        "its image; the vision tower is frozen). Exact: the same log-probabilities "
-                                        "(nbs/25_image_features). False: the model encodes every row's image.")
+                                        "its image; the vision tower is frozen), and process each distinct image of "
+                                        "a processor call once. Exact: the same pixels and log-probabilities "
+                                        "(nbs/25_image_features). False: every row's image processed and encoded.")
     merge_lora_for_generation: bool = _param(False, "Sample from the weights with the LoRA merged in (W + (alpha/r) B A, "
                                              "rounded once to the base's dtype, in a copy: the base weights are left as "
                                              "they were), as TRL's vLLM path samples: one matmul per adapted projection "
@@ -322,6 +323,7 @@ class OTGRPOTrainer(GRPOTrainer):
         # one slot per prompt of a generation batch, twice over: the current batch's images are never evicted
         self.image_cache = install_image_cache(self.model, 2 * args.generation_batch_size // args.num_generations) \
             if args.cache_image_features else None
+        process_images_once(self.processing_class, enabled=args.cache_image_features)   # the processor's CPU work too
         if args.merge_lora_for_generation and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
             raise ValueError("merge_lora_for_generation replaces whole weight tensors while sampling; DeepSpeed and "
                              "FSDP shard them: leave it False there")
