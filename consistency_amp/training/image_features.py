@@ -118,7 +118,7 @@ def install_image_cache(model, capacity: int = 64) -> ImageFeatureCache | None:
     encoder.get_image_features = get_image_features
     return cache
 
-# %% ../../nbs/25_image_features.ipynb #485ae1cd
+# %% ../../nbs/25_image_features.ipynb #3632330e
 DEDUPED_IMAGE_PROCESSORS = ("Qwen2VLImageProcessor",)   # class-name prefixes: pixel rows per image = grid t*h*w
 
 def image_key(image: Image.Image) -> tuple:
@@ -136,7 +136,7 @@ def distinct_images(images: list) -> tuple[list, list[int]]:
         index.append(match)
     return first, index
 
-# %% ../../nbs/25_image_features.ipynb #a9a56c88
+# %% ../../nbs/25_image_features.ipynb #676c8ab7
 def repeat_image_rows(out: BatchFeature, index: list[int]) -> BatchFeature:
     "The processor output of the distinct images laid out for every image (`index`: each image's distinct number)."
     pixels, grid = out["pixel_values"], out["image_grid_thw"]
@@ -147,7 +147,7 @@ def repeat_image_rows(out: BatchFeature, index: list[int]) -> BatchFeature:
     else: index = np.asarray(index)
     return BatchFeature({"pixel_values": pixels[rows], "image_grid_thw": grid[index]})
 
-# %% ../../nbs/25_image_features.ipynb #f2ba3536
+# %% ../../nbs/25_image_features.ipynb #f27301f6
 def process_images_once(processor, enabled: bool = True) -> bool:
     "Make `processor`'s image processor process each distinct image of a call once (or not: `enabled`); whether it can."
     image_processor = getattr(processor, "image_processor", None)
