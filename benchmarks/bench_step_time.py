@@ -176,11 +176,6 @@ def arm_shared(arm: str) -> bool:
     return arm.endswith(SHARED)
 
 
-def images_processed_once(processor) -> bool:
-    "Does `processor` process each distinct image of a call once (`process_images_once` installed and on)?"
-    return bool(getattr(getattr(getattr(processor, "image_processor", None), "preprocess", None), "processes_once", False))
-
-
 def arm_every_image(arm: str) -> bool:
     "Does the arm's processor process every row's image (`process_images_once` switched off)?"
     return arm.endswith(EVERY_IMAGE)
@@ -300,7 +295,7 @@ def timed_trainer_class():
     from transformers import TrainerCallback
     import consistency_amp.reward.pairing as pairing_module
     import consistency_amp.training.trainer as trainer_module
-    from consistency_amp.training.image_features import process_images_once
+    from consistency_amp.training.image_features import process_images_once, processes_images_once
     from consistency_amp.training.trainer import OTGRPOTrainer
 
     TimedOTGRPOTrainer = timed(OTGRPOTrainer)
@@ -338,7 +333,7 @@ def timed_trainer_class():
             cache = getattr(self.trainer, "image_cache", None)
             self.records.append(dict(step=state.global_step, arm=self.arm, pairing=args.pairing,
                                      image_cache=cache is not None and cache.enabled,
-                                     images_processed_once=images_processed_once(self.trainer.processing_class),
+                                     images_processed_once=processes_images_once(self.trainer.processing_class),
                                      lora_dropout=arm_settings(self.arm)[2],
                                      merged_generation=bool(args.merge_lora_for_generation),
                                      compiled_generation=compiled_generation(self.trainer),
@@ -595,7 +590,7 @@ def parse_args(argv=None):
 def run(args) -> dict:
     from peft import get_peft_model
     from transformers import GenerationConfig, PrinterCallback, set_seed
-    from consistency_amp.training.image_features import process_images_once
+    from consistency_amp.training.image_features import process_images_once, processes_images_once
     from consistency_amp.training.models import (TINY_MODEL, check_lora_placement, count_parameters, freeze_vision_tower,
                                         load_processor, lora_config, resolve_device, resolve_dtype)
     from consistency_amp.training.train import TrainParams, train_examples, trainer_config, world_size
@@ -681,7 +676,7 @@ def run(args) -> dict:
             stock_trainer.remove_callback(PrinterCallback)
             say(f"stock TRL GRPOTrainer: {stock_config.per_device_train_batch_size} completions per device and step", flush=True)
             if trainer.image_cache is not None: trainer.image_cache.enabled = False   # stock: every row's image encoded
-            processed_once = images_processed_once(processor)
+            processed_once = processes_images_once(processor)
             process_images_once(processor, enabled=False)                               # and processed
             try: stock_trainer.train()
             finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 
@@ -22,8 +23,8 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 # %% auto #0
 __all__ = ['CACHEABLE_ENCODERS', 'DEDUPED_IMAGE_PROCESSORS', 'image_encoder', 'image_hashes', 'ImageFeatureCache',
            'install_image_cache', 'image_key', 'distinct_images', 'repeat_image_rows', 'process_images_once',
-           'PromptLayer', 'SharedPromptLayer', 'layer_caches', 'cache_under_checkpointing', 'row_images',
-           'prompt_groups', 'shared_prompt_logps']
+           'processes_images_once', 'PromptLayer', 'SharedPromptLayer', 'layer_caches', 'cache_under_checkpointing',
+           'row_images', 'prompt_groups', 'shared_prompt_logps']
 
 # %% ../../nbs/25_image_features.ipynb #c567ea77
 CACHEABLE_ENCODERS = ("Qwen2_5_VLModel", "Qwen2VLModel")   # get_image_features returns pooler_output alone
@@ -148,23 +149,33 @@ def repeat_image_rows(out: BatchFeature, index: list[int]) -> BatchFeature:
     return BatchFeature({"pixel_values": pixels[rows], "image_grid_thw": grid[index]})
 
 # %% ../../nbs/25_image_features.ipynb #f27301f6
+_PROCESSES_ONCE = weakref.WeakKeyDictionary()   # image processor -> on: the instances that process each image once
+
+def _preprocess_once(original):
+    "The class's `preprocess`, processing each distinct image of a call once for the image processors switched on."
+    def preprocess(self, images, *args, **kwargs):
+        flat = make_flat_list_of_images(images) if _PROCESSES_ONCE.get(self) and images is not None else []
+        if not flat or not all(isinstance(im, Image.Image) for im in flat): return original(self, images, *args, **kwargs)
+        distinct, index = distinct_images(flat)
+        if len(distinct) == len(flat): return original(self, images, *args, **kwargs)
+        out = original(self, distinct, *args, **kwargs)
+        if set(out.keys()) != {"pixel_values", "image_grid_thw"}: return original(self, images, *args, **kwargs)
+        return repeat_image_rows(out, index)
+    preprocess.processes_once = True
+    return preprocess
+
 def process_images_once(processor, enabled: bool = True) -> bool:
     "Make `processor`'s image processor process each distinct image of a call once (or not: `enabled`); whether it can."
     image_processor = getattr(processor, "image_processor", None)
     if image_processor is None or not type(image_processor).__name__.startswith(DEDUPED_IMAGE_PROCESSORS): return False
-    if not hasattr(image_processor.preprocess, "processes_once"):
-        original = image_processor.preprocess
-        def preprocess(images, *args, **kwargs):
-            flat = make_flat_list_of_images(images) if preprocess.processes_once and images is not None else []
-            if not flat or not all(isinstance(im, Image.Image) for im in flat): return original(images, *args, **kwargs)
-            distinct, index = distinct_images(flat)
-            if len(distinct) == len(flat): return original(images, *args, **kwargs)
-            out = original(distinct, *args, **kwargs)
-            if set(out.keys()) != {"pixel_values", "image_grid_thw"}: return original(images, *args, **kwargs)
-            return repeat_image_rows(out, index)
-        image_processor.preprocess = preprocess
-    image_processor.preprocess.processes_once = enabled
+    cls = type(image_processor)
+    if not getattr(cls.preprocess, "processes_once", False): cls.preprocess = _preprocess_once(cls.preprocess)
+    _PROCESSES_ONCE[image_processor] = enabled
     return True
+
+def processes_images_once(processor) -> bool:
+    "Does `processor` process each distinct image of a call once?"
+    return bool(_PROCESSES_ONCE.get(getattr(processor, "image_processor", None)))
 
 # %% ../../nbs/25_image_features.ipynb #4440644c
 class PromptLayer(DynamicLayer):
