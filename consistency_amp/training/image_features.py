@@ -175,7 +175,8 @@ def process_images_once(processor, enabled: bool = True) -> bool:
 
 def processes_images_once(processor) -> bool:
     "Does `processor` process each distinct image of a call once?"
-    return bool(_PROCESSES_ONCE.get(getattr(processor, "image_processor", None)))
+    image_processor = getattr(processor, "image_processor", None)
+    return image_processor is not None and bool(_PROCESSES_ONCE.get(image_processor))
 
 # %% ../../nbs/25_image_features.ipynb #4440644c
 class PromptLayer(DynamicLayer):
