@@ -100,39 +100,27 @@ def test_cpu_compiled_generation_arm(tmp_path):
     assert "compiled decoding, minimal:" in stdout
 
 
-def test_cpu_lora_uncast_arm(tmp_path):
-    "--lora-uncast-arm interleaves steps whose LoRA layers skip the input cast under autocast (a no-op in float32)."
+@pytest.mark.parametrize("flag, arm, record, values, line", [
+    # LoRA layers that skip the input cast under autocast (a no-op in float32)
+    ("--lora-uncast-arm", "minimal:lora-input-uncast", "lora_input_casts_under_autocast", [True, False],
+     "LoRA input casts under autocast, minimal:"),
+    # each distinct prompt forwarded once in the log-probability passes
+    ("--shared-prompt-arm", "minimal:shared-prompt", "shared_prompt_forward", [False, True],
+     "prompts forwarded once, minimal:"),
+    # the processor processing every row's image, not each distinct one once
+    ("--image-processing-arm", "minimal:every-image-processed", "images_processed_once", [True, False],
+     "each image processed once, minimal:")])
+def test_cpu_switch_arms(tmp_path, flag, arm, record, values, line):
+    "An arm flag interleaves the pairing's steps with steps that switch one setting; each record says which it ran."
     stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
                                "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
-                               "--lora-uncast-arm")
+                               flag)
     timed = result["steps_record"][1:]
-    assert [r["arm"] for r in timed] == ["minimal", "minimal:lora-input-uncast"]
-    assert [r["lora_input_casts_under_autocast"] for r in timed] == [True, False]
-    assert "LoRA input casts under autocast, minimal:" in stdout
-
-
-def test_cpu_shared_prompt_arm(tmp_path):
-    "--shared-prompt-arm interleaves steps that forward each distinct prompt once in the log-probability passes."
-    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
-                               "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
-                               "--shared-prompt-arm")
-    timed = result["steps_record"][1:]
-    assert [r["arm"] for r in timed] == ["minimal", "minimal:shared-prompt"]
-    assert [r["shared_prompt_forward"] for r in timed] == [False, True]
+    assert [r["arm"] for r in timed] == ["minimal", arm]
+    assert [r[record] for r in timed] == values
+    assert line in stdout
     assert all(0 < r["prompt_lengths"][0] <= r["prompt_lengths"][1] for r in timed)
     assert "prompt lengths seen: [" in stdout
-    assert "prompts forwarded once, minimal:" in stdout
-
-
-def test_cpu_image_processing_arm(tmp_path):
-    "--image-processing-arm interleaves steps whose processor processes every row's image."
-    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
-                               "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
-                               "--image-processing-arm")
-    timed = result["steps_record"][1:]
-    assert [r["arm"] for r in timed] == ["minimal", "minimal:every-image-processed"]
-    assert [r["images_processed_once"] for r in timed] == [True, False]
-    assert "each image processed once, minimal:" in stdout
 
 
 def test_gpu_shared_prompt_check_on_the_cpu(tmp_path):

@@ -19,6 +19,7 @@ from transformers.feature_extraction_utils import BatchFeature
 from transformers.image_utils import make_flat_list_of_images
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling
+from trl.trainer.utils import split_pixel_values_by_grid
 
 # %% auto #0
 __all__ = ['CACHEABLE_ENCODERS', 'DEDUPED_IMAGE_PROCESSORS', 'image_encoder', 'image_hashes', 'ImageFeatureCache',
@@ -218,8 +219,8 @@ def row_images(pixel_values, image_grid_thw, num_images, rows: int) -> list[tupl
     counts = [1] * rows if num_images is None else list(num_images)
     if len(counts) != rows or sum(counts) != len(image_grid_thw):
         raise ValueError(f"num_images {counts} does not lay {len(image_grid_thw)} images out over {rows} rows")
-    pixel_rows = image_grid_thw.prod(-1).split(counts)
-    return list(zip(pixel_values.split([int(n.sum()) for n in pixel_rows]), image_grid_thw.split(counts)))
+    split = split_pixel_values_by_grid({"pixel_values": pixel_values, "image_grid_thw": image_grid_thw, "num_images": counts})
+    return list(zip(split["pixel_values"], split["image_grid_thw"]))
 
 # %% ../../nbs/25_image_features.ipynb #345db53c
 def _same(a, b) -> bool: return a is b or (a is not None and b is not None and a.shape == b.shape and torch.equal(a, b))
