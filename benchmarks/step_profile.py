@@ -133,7 +133,10 @@ def python_frames_from_trace(prof, trace_file=None) -> dict:
 def profile_tables(prof, wall_s: float, top: int = 15, trace_file=None) -> dict:
     """The step's regions, top operators and top Python frames by self time, as plain dicts (JSON-ready); `trace_file`:
     where the profile's Chrome trace was exported, if it was."""
-    events = prof.events()
+    try: events = prof.events()   # the first read parses the recorded events
+    except UnicodeDecodeError as e:   # seen once, in CI (2026-11-27), with Python stacks on
+        raise RuntimeError(f"torch's profiler could not decode the name of a recorded event ({e}); profile again, or "
+                           "without Python stacks (--profile-no-stack)") from e
     cuda = any(e.device_type == torch.autograd.DeviceType.CUDA for e in events) or any(
         e.self_device_time_total > 0 for e in events)
     regions = defaultdict(lambda: dict(calls=0, wall_ms=0.0, device_ms=0.0))

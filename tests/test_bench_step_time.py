@@ -280,10 +280,8 @@ def test_trace_self_times_subtract_direct_children_per_thread():
                      "a.py(5): inner": dict(calls=2, self_us=(50 - 10) + 2, total_us=52)}
 
 
-def test_python_frames_from_the_trace_match_key_averages():
-    """torch 2.11 (the GPU machines') lists Python frames in the exported trace only; where torch also lists them in
-    `key_averages` (2.13), the two agree except on the profiler's own frames, and either way the profile's table of
-    frames is not empty."""
+def _python_frames_check():
+    "The body of the test below: one profile of a labelled function, its frames from the trace and the averages."
     from torch.profiler import ProfilerActivity, profile
     sys.path.insert(0, str(SCRIPT.parent))
     import step_profile
@@ -310,6 +308,29 @@ def test_python_frames_from_the_trace_match_key_averages():
     assert all(0 <= r["self_us"] <= r["total_us"] for r in from_trace.values())
     frames = step_profile.profile_tables(profiled(), wall_s=1.0, top=50)["python_frames"]
     assert any(r["name"].endswith(": step") and r["calls"] == 20 for r in frames)
+
+
+
+def test_python_frames_from_the_trace_match_key_averages():
+    """torch 2.11 (the GPU machines') lists Python frames in the exported trace only; where torch also lists them in
+    `key_averages` (2.13), the two agree except on the profiler's own frames, and either way the profile's table of
+    frames is not empty. torch 2.13 sometimes cannot decode the name of an event it recorded with Python stacks
+    (UnicodeDecodeError while parsing the events; CI of 2026-11-27, then 2 of 6 runs of this test, and 1 in 24 to 1 in
+    120 profiles of this function in a loop, in fresh interpreters too): a new profile is taken then, up to 3 times."""
+    for attempt in range(3):
+        try: return _python_frames_check()
+        except UnicodeDecodeError:
+            if attempt == 2: raise
+
+
+def test_profile_tables_names_an_undecodable_event():
+    "An event name torch cannot decode ends in an error that says so and what to do, not a bare UnicodeDecodeError."
+    sys.path.insert(0, str(SCRIPT.parent))
+    import step_profile
+    class Undecodable:
+        def events(self): raise UnicodeDecodeError("utf-8", b"\xc3(", 0, 1, "invalid continuation byte")
+    with pytest.raises(RuntimeError, match="could not decode the name of a recorded event.*--profile-no-stack"):
+        step_profile.profile_tables(Undecodable(), wall_s=1.0)
 
 
 def test_profile_counts_a_wait_once(tmp_path):
