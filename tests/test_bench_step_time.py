@@ -319,8 +319,9 @@ def test_python_frames_from_the_trace_match_key_averages():
     120 profiles of this function in a loop, in fresh interpreters too): a new profile is taken then, up to 3 times."""
     for attempt in range(3):
         try: return _python_frames_check()
-        except UnicodeDecodeError:
-            if attempt == 2: raise
+        except (UnicodeDecodeError, RuntimeError) as error:   # profile_tables says it with a RuntimeError
+            undecodable = isinstance(error, UnicodeDecodeError) or isinstance(error.__cause__, UnicodeDecodeError)
+            if attempt == 2 or not undecodable: raise
 
 
 def test_profile_tables_names_an_undecodable_event():
