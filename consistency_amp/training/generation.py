@@ -5,18 +5,24 @@
 # %% ../../nbs/26_generation.ipynb #30ef444c
 from __future__ import annotations
 
+import copy
+import warnings
 from contextlib import ExitStack, contextmanager
+from types import MethodType
 
 import torch
+import torch.nn.functional as F
 from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedModel
 
 from ..core import check_int
 
+
 # %% auto #0
 __all__ = ['STATIC_CACHE_BLOCK', 'merged_lora_weights', 'replace_input_grads_hooks', 'input_grads_hooks',
-           'without_input_grads_hooks', 'static_cache_length', 'out_of_place_merges', 'forbid_image_token',
-           'collapse_image_tokens', 'vllm_expands_images', 'adapt_vllm_generation']
+           'without_input_grads_hooks', 'static_cache_length', 'rms_norm_forward', 'rms_norms', 'computes_rms_norm',
+           'fuse_rms_norms', 'out_of_place_merges', 'forbid_image_token', 'collapse_image_tokens',
+           'vllm_expands_images', 'adapt_vllm_generation']
 
 # %% ../../nbs/26_generation.ipynb #a22a9be0
 @contextmanager
@@ -84,6 +90,50 @@ def static_cache_length(prompt_length: int, completion_length: int, block: int =
     "Length of a static KV cache for prompts of up to `prompt_length` tokens and `completion_length` new tokens, in whole blocks: prompts of nearby lengths share one cache shape, so a compiled decoding step is not recompiled."
     check_int("block", block, 1)
     return -(-(prompt_length + completion_length) // block) * block
+
+# %% ../../nbs/26_generation.ipynb #e4b88696
+def rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    "An RMSNorm module's forward as torch's one `rms_norm` operator (one fused kernel on CUDA); the module's own forward where the input's dtype is not its weight's, as transformers' form then returns the promoted dtype."
+    if hidden_states.dtype != self.weight.dtype: return type(self).forward(self, hidden_states)
+    return F.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
+
+
+# %% ../../nbs/26_generation.ipynb #9e95630a
+def rms_norms(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    "The modules of `model` in the form of transformers' RMSNorms (a 1-D `weight` and a float `variance_epsilon`), by name."
+    return {name: m for name, m in model.named_modules()
+            if isinstance(getattr(m, "weight", None), torch.Tensor) and m.weight.dim() == 1
+            and isinstance(getattr(m, "variance_epsilon", None), float)}
+
+
+# %% ../../nbs/26_generation.ipynb #e4224f7c
+def computes_rms_norm(module: torch.nn.Module, seed: int = 0) -> bool:
+    "Does `module`'s own forward compute `rms_norm` with its weight and epsilon? Checked on a float32 copy of it and four random rows."
+    probe = copy.deepcopy(module).float()
+    rows = torch.randn(4, probe.weight.numel(), generator=torch.Generator().manual_seed(seed)).to(probe.weight.device)
+    try:
+        with torch.no_grad(): own = type(module).forward(probe, rows)
+    except Exception: return False   # another signature or another input: not a plain RMSNorm
+    return own.shape == rows.shape and torch.allclose(own, rms_norm_forward(probe, rows), rtol=1e-5, atol=1e-6)
+
+
+# %% ../../nbs/26_generation.ipynb #fed18b32
+def fuse_rms_norms(model: torch.nn.Module, fused: bool = True) -> list[str]:
+    "Make each RMSNorm of `model` (`rms_norms`) run as torch's one `rms_norm` operator (`fused`), or as its own forward again; returns the names of the norms changed. A norm whose own forward is not `rms_norm`'s (`computes_rms_norm`), or that already has an instance forward (an accelerate hook), is left as it is, with a warning."
+    changed, left = [], []
+    for name, norm in rms_norms(model).items():
+        instance_forward = norm.__dict__.get("forward")
+        if getattr(instance_forward, "__func__", None) is rms_norm_forward:
+            if not fused: del norm.forward; changed.append(name)
+        elif fused:
+            if instance_forward is None and computes_rms_norm(norm):
+                norm.forward = MethodType(rms_norm_forward, norm); changed.append(name)
+            else: left.append(name)
+    if left:
+        warnings.warn(f"fuse_rms_norms left {len(left)} norm(s) as they are: their forward is not torch's rms_norm, "
+                      f"or they have an instance forward (a hook): {', '.join(left[:4])}{', ...' if len(left) > 4 else ''}")
+    return changed
+
 
 # %% ../../nbs/26_generation.ipynb #08dd9f69
 @contextmanager
