@@ -107,6 +107,8 @@ def test_cpu_compiled_generation_arm(tmp_path):
     # each distinct prompt forwarded once in the log-probability passes
     ("--shared-prompt-arm", "minimal:shared-prompt", "shared_prompt_forward", [False, True],
      "prompts forwarded once, minimal:"),
+    # every RMSNorm as torch's one rms_norm operator
+    ("--fused-norm-arm", "minimal:fused-rms-norm", "fused_rms_norm", [False, True], "fused RMSNorms, minimal:"),
     # the processor processing every row's image, not each distinct one once
     ("--image-processing-arm", "minimal:every-image-processed", "images_processed_once", [True, False],
      "each image processed once, minimal:")])
@@ -124,13 +126,16 @@ def test_cpu_switch_arms(tmp_path, flag, arm, record, values, line):
 
 
 def test_gpu_shared_prompt_check_on_the_cpu(tmp_path):
-    "benchmarks/gpu_shared_prompt_check.py, the GPU's bf16 check of share_prompt_forward, runs in float32 on the CPU."
+    "benchmarks/gpu_shared_prompt_check.py, the GPU's bf16 check of share_prompt_forward and fused_rms_norm, runs in float32 on the CPU."
     env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_shared_prompt_check.py"), "--arch", "tiny",
                            "--K", "2", "--prompts", "2", "--completion-length", "8"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("log p, shared vs TRL"))
+    logp_diff, grad_diff = float(line.split("max ")[1].split(",")[0]), float(line.rsplit(" ", 1)[1])
+    assert logp_diff < 1e-5 and grad_diff < 1e-5, line
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("log p, fused norms vs TRL"))
     logp_diff, grad_diff = float(line.split("max ")[1].split(",")[0]), float(line.rsplit(" ", 1)[1])
     assert logp_diff < 1e-5 and grad_diff < 1e-5, line
     assert "4 rows (2 prompts x K=2)" in proc.stdout
@@ -204,6 +209,8 @@ def test_arms_and_their_settings(bench):
     assert bench.arms(["minimal"], "on", shared_arm=True) == ["minimal", "minimal:shared-prompt"]
     assert bench.arm_settings("minimal:shared-prompt") == ("minimal", True, True)
     assert bench.arm_shared("minimal:shared-prompt") and not bench.arm_shared("minimal:lora-input-uncast")
+    assert bench.arms(["minimal"], "on", fused_norm_arm=True) == ["minimal", "minimal:fused-rms-norm"]
+    assert bench.arm_fused_norm("minimal:fused-rms-norm") and not bench.arm_fused_norm("minimal:shared-prompt")
     assert bench.arms(["minimal"], "on", processing_arm=True) == ["minimal", "minimal:every-image-processed"]
     assert bench.arm_every_image("minimal:every-image-processed") and not bench.arm_every_image("minimal")
     from consistency_amp.training.models import load_model

@@ -1,0 +1,99 @@
+"""Issue 23: which operators does a decoded token run, and how many does torch's fused RMSNorm take away?
+
+On a GPU, eager decoding is launch-bound: its time per token follows the number of operators (each one kernel or
+more), not their arithmetic (`benchmarks/README.md`, "decoding time follows the operator count";
+`decode_host_overhead_probe.py`). Here the operators that transformers' `generate` calls from Python per decoded
+token are counted by name (a `TorchFunctionMode`: every torch function and tensor method, attribute reads left out;
+deterministic, no profiler), on the tiny model with the 7B's 28 decoder layers in bfloat16 (so that the norms' casts
+are real copies, as on the GPU) with plain weights (merged sampling), batch 64, sampling as TRL does: once with
+transformers' RMSNorms and once with `fuse_rms_norms` (each norm one `rms_norm` call, which CUDA runs as one fused
+kernel). Per decoded token = (calls of 24 new tokens - calls of 8) / 16. Also the CPU's milliseconds per decoded
+token in float32 for both, ABBA twice (on the CPU `rms_norm` decomposes into the same kernels, so this shows only the
+Python side of the change).
+
+Decision (2026-11-27, session 29; `results/decode_operator_census_2026-11-27.txt`): see the README section
+"One operator per RMSNorm".
+
+    OMP_NUM_THREADS=2 python research/decode_operator_census.py
+"""
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode, resolve_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_host_overhead_probe import batch, generate, narrow_7b   # noqa: E402
+from consistency_amp.training.generation import fuse_rms_norms   # noqa: E402
+from consistency_amp.training.models import TINY_MODEL, load_processor   # noqa: E402
+
+SHORT, LONG = 8, 24
+# calls that make no kernel on a GPU: views and metadata
+NO_KERNEL = {"view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "contiguous", "size",
+             "dim", "__getitem__", "split", "chunk", "narrow", "flatten", "unflatten", "numel", "t", "item", "tolist",
+             "__len__", "__bool__", "__index__", "__format__", "__hash__", "__eq__", "__ne__", "is_floating_point",
+             "get_device", "is_contiguous", "stride", "data_ptr", "detach", "__iter__", "__int__", "__float__"}
+
+
+class OperatorCalls(TorchFunctionMode):
+    "Torch functions and tensor methods called from Python, by name; attribute reads left out."
+    def __init__(self):
+        super().__init__(); self.calls = Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = resolve_name(func) or getattr(func, "__name__", repr(func))
+        if not name.endswith("__get__"): self.calls[name.rsplit(".", 1)[-1]] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def per_token_calls(model, inputs) -> Counter:
+    got = {}
+    for n in (SHORT, LONG):
+        with OperatorCalls() as counted: generate(model, inputs, n)
+        got[n] = counted.calls
+    return Counter({k: (got[LONG][k] - got[SHORT][k]) / (LONG - SHORT) for k in got[LONG] | got[SHORT]})
+
+
+def ms_per_token(model, inputs) -> float:
+    t0 = time.perf_counter(); generate(model, inputs, SHORT); t1 = time.perf_counter()
+    generate(model, inputs, 40); t2 = time.perf_counter()
+    return ((t2 - t1) - (t1 - t0)) / (40 - SHORT) * 1e3
+
+
+def main():
+    processor = load_processor(TINY_MODEL)
+    inputs = batch(processor)
+    model = narrow_7b(processor)
+    layers = model.config.text_config.num_hidden_layers
+    half = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in inputs.items()}
+    model.to(torch.bfloat16); generate(model, half, 4)
+    census = {}
+    for fused in (False, True):
+        fuse_rms_norms(model, fused=fused)
+        census[fused] = per_token_calls(model, half)
+    print(f"torch {torch.__version__}; batch {len(inputs['input_ids'])}, {layers} decoder layers, bfloat16, plain weights; "
+          f"operator calls per decoded token (kernel-making: views and metadata left out)")
+    names = sorted(set(census[False]) | set(census[True]), key=lambda k: -census[False][k])
+    print(f"{'operator':<32}{'transformers norms':>20}{'fused norms':>13}")
+    for k in names:
+        if k in NO_KERNEL or max(census[False][k], census[True][k]) < 0.5: continue
+        print(f"{k:<32}{census[False][k]:>20.1f}{census[True][k]:>13.1f}")
+    totals = {f: sum(v for k, v in c.items() if k not in NO_KERNEL) for f, c in census.items()}
+    print(f"{'kernel-making calls per token':<32}{totals[False]:>20.1f}{totals[True]:>13.1f}   "
+          f"({(totals[True] / totals[False] - 1) * 100:+.0f}%; per decoder layer about "
+          f"{totals[False] / layers:.1f} and {totals[True] / layers:.1f})")
+    model.float(); fuse_rms_norms(model, fused=False); generate(model, inputs, 4)
+    times = {False: [], True: []}
+    for fused in [False, True, True, False] * 2:
+        fuse_rms_norms(model, fused=fused)
+        times[fused].append(ms_per_token(model, inputs))
+    for fused, t in times.items():
+        print(f"CPU float32 ms per decoded token, {'fused norms' if fused else 'transformers norms'}: "
+              f"{', '.join(f'{x:.1f}' for x in t)} (median {statistics.median(t):.1f})")
+
+
+if __name__ == "__main__":
+    main()
