@@ -853,6 +853,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                  'consistency_amp/training/generation.py'),
                                                      'consistency_amp.training.generation.fuse_rms_norms': ( 'generation.html#fuse_rms_norms',
                                                                                                              'consistency_amp/training/generation.py'),
+                                                     'consistency_amp.training.generation.fused_norms': ( 'generation.html#fused_norms',
+                                                                                                          'consistency_amp/training/generation.py'),
                                                      'consistency_amp.training.generation.input_grads_hooks': ( 'generation.html#input_grads_hooks',
                                                                                                                 'consistency_amp/training/generation.py'),
                                                      'consistency_amp.training.generation.merged_lora_weights': ( 'generation.html#merged_lora_weights',
