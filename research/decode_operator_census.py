@@ -5,14 +5,16 @@ more), not their arithmetic (`benchmarks/README.md`, "decoding time follows the 
 `decode_host_overhead_probe.py`). Here the operators that transformers' `generate` calls from Python per decoded
 token are counted by name (a `TorchFunctionMode`: every torch function and tensor method, attribute reads left out;
 deterministic, no profiler), on the tiny model with the 7B's 28 decoder layers in bfloat16 (so that the norms' casts
-are real copies, as on the GPU) with plain weights (merged sampling), batch 64, sampling as TRL does: once with
-transformers' RMSNorms and once with `fuse_rms_norms` (each norm one `rms_norm` call, which CUDA runs as one fused
-kernel). Per decoded token = (calls of 24 new tokens - calls of 8) / 16. Also the CPU's milliseconds per decoded
-token in float32 for both, ABBA twice (on the CPU `rms_norm` decomposes into the same kernels, so this shows only the
-Python side of the change).
+are real copies, as on the GPU) with plain weights (merged sampling), batch 64, sampling as TRL does: with
+transformers' RMSNorms, with `fuse_rms_norms` (each norm one `rms_norm` call, which CUDA runs as one fused kernel),
+and with that and `rotary_in_one_pass` (queries and keys rotated in one pass). Per decoded token = (calls of 24 new
+tokens - calls of 8) / 16. Also the CPU's milliseconds per decoded token in float32 for each, ABCCBA twice (on the
+CPU `rms_norm` decomposes into the same kernels, so this shows mostly the Python side of the change).
 
-Decision (2026-11-27, session 29; `results/decode_operator_census_2026-11-27.txt`): see the README section
-"One operator per RMSNorm".
+Decision (2026-11-27, session 29; `results/decode_operator_census_2026-11-27.txt`): 1,178 calls per decoded token,
+42 per decoder layer, 16 of them the two norms; fused norms 779 (-34%), with the rotary embedding in one pass too
+667 (-43%); on this CPU neither changes the time per token measurably, so only a GPU can say what they save.
+Summarised in `benchmarks/README.md`, "one operator per RMSNorm, and the rotary embedding in one pass".
 
     OMP_NUM_THREADS=2 python research/decode_operator_census.py
 """
@@ -27,7 +29,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_host_overhead_probe import batch, generate, narrow_7b   # noqa: E402
-from consistency_amp.training.generation import fuse_rms_norms   # noqa: E402
+from contextlib import nullcontext   # noqa: E402
+from consistency_amp.training.generation import fuse_rms_norms, rotary_in_one_pass   # noqa: E402
 from consistency_amp.training.models import TINY_MODEL, load_processor   # noqa: E402
 
 SHORT, LONG = 8, 24
@@ -70,29 +73,31 @@ def main():
     layers = model.config.text_config.num_hidden_layers
     half = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in inputs.items()}
     model.to(torch.bfloat16); generate(model, half, 4)
-    census = {}
-    for fused in (False, True):
+    arms = {"transformers": (False, False), "fused norms": (True, False), "+ rotary one pass": (True, True)}
+    def run(arm, measure, *a):
+        fused, one_pass = arms[arm]
         fuse_rms_norms(model, fused=fused)
-        census[fused] = per_token_calls(model, half)
+        with (rotary_in_one_pass(model) if one_pass else nullcontext()): return measure(model, *a)
+    census = {arm: run(arm, per_token_calls, half) for arm in arms}
     print(f"torch {torch.__version__}; batch {len(inputs['input_ids'])}, {layers} decoder layers, bfloat16, plain weights; "
           f"operator calls per decoded token (kernel-making: views and metadata left out)")
-    names = sorted(set(census[False]) | set(census[True]), key=lambda k: -census[False][k])
-    print(f"{'operator':<32}{'transformers norms':>20}{'fused norms':>13}")
+    names = sorted(set().union(*census.values()), key=lambda k: -census["transformers"][k])
+    print(f"{'operator':<32}" + "".join(f"{arm:>20}" for arm in arms))
     for k in names:
-        if k in NO_KERNEL or max(census[False][k], census[True][k]) < 0.5: continue
-        print(f"{k:<32}{census[False][k]:>20.1f}{census[True][k]:>13.1f}")
-    totals = {f: sum(v for k, v in c.items() if k not in NO_KERNEL) for f, c in census.items()}
-    print(f"{'kernel-making calls per token':<32}{totals[False]:>20.1f}{totals[True]:>13.1f}   "
-          f"({(totals[True] / totals[False] - 1) * 100:+.0f}%; per decoder layer about "
-          f"{totals[False] / layers:.1f} and {totals[True] / layers:.1f})")
+        if k in NO_KERNEL or max(c[k] for c in census.values()) < 0.5: continue
+        print(f"{k:<32}" + "".join(f"{census[arm][k]:>20.1f}" for arm in arms))
+    totals = {arm: sum(v for k, v in c.items() if k not in NO_KERNEL) for arm, c in census.items()}
+    print(f"{'kernel-making calls per token':<32}" + "".join(f"{totals[arm]:>20.1f}" for arm in arms))
+    print(f"{'per decoder layer, about':<32}" + "".join(f"{totals[arm] / layers:>20.1f}" for arm in arms))
+    print(f"{'against transformers':<32}" + "".join(f"{(totals[arm] / totals['transformers'] - 1) * 100:>19.0f}%"
+                                                    for arm in arms))
     model.float(); fuse_rms_norms(model, fused=False); generate(model, inputs, 4)
-    times = {False: [], True: []}
-    for fused in [False, True, True, False] * 2:
-        fuse_rms_norms(model, fused=fused)
-        times[fused].append(ms_per_token(model, inputs))
-    for fused, t in times.items():
-        print(f"CPU float32 ms per decoded token, {'fused norms' if fused else 'transformers norms'}: "
-              f"{', '.join(f'{x:.1f}' for x in t)} (median {statistics.median(t):.1f})")
+    times = {arm: [] for arm in arms}
+    for arm in (list(arms) + list(arms)[::-1]) * 2:
+        times[arm].append(run(arm, ms_per_token, inputs))
+    for arm, t in times.items():
+        print(f"CPU float32 ms per decoded token, {arm}: {', '.join(f'{x:.1f}' for x in t)} "
+              f"(median {statistics.median(t):.1f})")
 
 
 if __name__ == "__main__":

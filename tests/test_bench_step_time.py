@@ -109,6 +109,8 @@ def test_cpu_compiled_generation_arm(tmp_path):
      "prompts forwarded once, minimal:"),
     # every RMSNorm as torch's one rms_norm operator
     ("--fused-norm-arm", "minimal:fused-rms-norm", "fused_rms_norm", [False, True], "fused RMSNorms, minimal:"),
+    # queries and keys rotated in one pass while sampling
+    ("--rotary-arm", "minimal:rotary-one-pass", "rotary_in_one_pass", [False, True], "rotary in one pass, minimal:"),
     # the processor processing every row's image, not each distinct one once
     ("--image-processing-arm", "minimal:every-image-processed", "images_processed_once", [True, False],
      "each image processed once, minimal:")])
@@ -211,6 +213,8 @@ def test_arms_and_their_settings(bench):
     assert bench.arm_shared("minimal:shared-prompt") and not bench.arm_shared("minimal:lora-input-uncast")
     assert bench.arms(["minimal"], "on", fused_norm_arm=True) == ["minimal", "minimal:fused-rms-norm"]
     assert bench.arm_fused_norm("minimal:fused-rms-norm") and not bench.arm_fused_norm("minimal:shared-prompt")
+    assert bench.arms(["minimal"], "on", rotary_arm=True) == ["minimal", "minimal:rotary-one-pass"]
+    assert bench.arm_one_pass_rotary("minimal:rotary-one-pass") and not bench.arm_one_pass_rotary("minimal")
     assert bench.arms(["minimal"], "on", processing_arm=True) == ["minimal", "minimal:every-image-processed"]
     assert bench.arm_every_image("minimal:every-image-processed") and not bench.arm_every_image("minimal")
     from consistency_amp.training.models import load_model
@@ -495,3 +499,17 @@ def test_step_records_carry_the_gpu_state_where_the_sections_are_cuda(tmp_path):
     assert len(records) == 5 and all(r["gpu"]["sm_clock_mhz"] == 1830.0 and r["gpu_query_s"] > 0 for r in records)
     assert sum("SM 1830.0 MHz, 64.0 C, 455.1 W" in line for line in proc.stdout.splitlines()) == 5
     assert "GPU at 5 step ends: SM clock 1830-1830 MHz (maximum 1980-1980 MHz), 64-64 C, 455-455 W" in proc.stdout
+
+
+def test_gpu_decode_check_on_the_cpu(tmp_path):
+    "benchmarks/gpu_decode_check.py, the GPU's decode-only arms, runs in float32 on the CPU and writes each arm's figures."
+    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_decode_check.py"), "--arch", "tiny",
+                           "--K", "2", "--prompts", "2", "--rounds", "1", "--json", str(tmp_path / "decode.json")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "decode.json").read_text())
+    assert list(result["arms"]) == ["LoRA layers", "merged", "merged + fused norms",
+                                    "merged + fused norms + rotary one pass"]
+    assert all(len(a["ms_per_token"]) == 2 and all(t > 0 for t in a["ms_per_token"]) for a in result["arms"].values())
+    assert "4 rows (2 prompts x K=2)" in proc.stdout and proc.stdout.count("ms per decoded token") == 4

@@ -24,7 +24,7 @@ from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
 from .image_features import install_image_cache, process_images_once, shared_prompt_logps
 from .generation import (adapt_vllm_generation, fuse_rms_norms, merged_lora_weights,
-    out_of_place_merges, replace_input_grads_hooks, static_cache_length, without_input_grads_hooks)
+    out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length, without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
     check_paired_dataset, load_image, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
@@ -96,6 +96,11 @@ class OTGRPOConfig(GRPOConfig):
                                   "(nbs/26_generation): a third fewer kernels per decoded token, and fewer in the "
                                   "loss pass. The same formula: bitwise in float32 on the CPU, within a bfloat16 "
                                   "rounding per element. Norms of another form are left as they are.")
+    rotary_in_one_pass: bool = _param(False, "While transformers' generate samples, rotate each attention layer's "
+                                      "queries and keys in one pass, concatenated along the heads (6 operators per "
+                                      "layer instead of 10; nbs/26_generation), by swapping the modeling module's "
+                                      "apply_rotary_pos_emb for the generation. Bitwise the same. transformers' "
+                                      "generate only.")
 
     def __post_init__(self):
         settle_paired_config(self)
@@ -106,6 +111,9 @@ class OTGRPOConfig(GRPOConfig):
         if self.compile_generation and self.use_vllm:
             raise ValueError("compile_generation applies to transformers' generate; with use_vllm=True the vLLM engine "
                              "runs its own CUDA graphs: leave it False")
+        if self.rotary_in_one_pass and self.use_vllm:
+            raise ValueError("rotary_in_one_pass applies to transformers' generate; with use_vllm=True the vLLM engine "
+                             "runs its own rotary kernel: leave it False")
         if self.compile_generation and self.cache_implementation is None: self.cache_implementation = "static"
         if self.generation_batch_size % (2 * self.num_generations):
             raise ValueError(f"the generation batch ({self.generation_batch_size} completions) must hold whole prompt "
@@ -338,7 +346,7 @@ class OTGRPOTrainer(GRPOTrainer):
         if args.use_vllm: adapt_vllm_generation(self.vllm_generation, args.vllm_mode)   # TRL 1.16's two gaps with images
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`); with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
+        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`); with `rotary_in_one_pass`, queries and keys rotated in one pass; with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
         model = self.accelerator.unwrap_model(self.model)
         replace_input_grads_hooks(model)   # also when TRL wrapped a plain model in peft after __init__'s call
         if not self.args.use_vllm and str(self.generation_config.cache_implementation).endswith("static"):
@@ -348,7 +356,8 @@ class OTGRPOTrainer(GRPOTrainer):
         elif self.args.use_vllm and not (self.is_deepspeed_enabled or self.is_fsdp_enabled):
             weights = out_of_place_merges(self.vllm_generation.model)   # TRL's weight sync merges in place: bf16 drift
         else: weights = nullcontext()
-        with without_input_grads_hooks(model), weights:
+        rotary = rotary_in_one_pass(model) if self.args.rotary_in_one_pass else nullcontext()
+        with without_input_grads_hooks(model), weights, rotary:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,

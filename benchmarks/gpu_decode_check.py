@@ -1,0 +1,108 @@
+"""Decoding alone, on a GPU (issue 23): milliseconds per decoded token of transformers' `generate` for a batch of 64
+rows (the paper's 8 prompts x K = 8 at the released image size), in the arms that change what a decoded token runs:
+
+* peft's LoRA layers (TRL's default sampling path, train mode, LoRA dropout 0.05);
+* merged weights (`merge_lora_for_generation`, the GPU recipes);
+* merged, with every RMSNorm as torch's one `rms_norm` operator (`fused_rms_norm`);
+* merged, fused norms, and queries and keys rotated in one pass (`rotary_in_one_pass`).
+
+Each arm samples as TRL does (temperature 1, exactly the asked number of new tokens) twice per round, 8 and 40 new
+tokens: per decoded token = (time of 40 - time of 8) / 32, and the prefill = the time of 8 less 8 tokens' worth;
+rounds in ABCDDCBA order, twice. Random weights of the released architecture (as bench_step_time.py), bf16 and SDPA on
+CUDA, the image cache on (as the trainer). A step-level measurement costs a whole 7B step per arm; this costs a few
+seconds, so one GPU call can read every decoding change. On a machine without CUDA it runs in float32 on the CPU
+(`--arch tiny` for a quick check of the wiring). Results: benchmarks/README.md.
+
+    python benchmarks/gpu_decode_check.py --arch 7B --json $OUT/decode_check_7B.json
+"""
+import argparse, json, statistics, sys, time
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import torch
+from peft import get_peft_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_step_time as b   # noqa: E402
+from consistency_amp.training.generation import fuse_rms_norms, merged_lora_weights, rotary_in_one_pass   # noqa: E402
+from consistency_amp.training.image_features import install_image_cache   # noqa: E402
+from consistency_amp.training.models import TINY_MODEL, freeze_vision_tower, load_processor, lora_config   # noqa: E402
+from consistency_amp.training.train import TrainParams, train_examples   # noqa: E402
+from consistency_amp.world.prompts import make_prompt_pair   # noqa: E402
+
+ARMS = {"LoRA layers": dict(merged=False, fused=False, one_pass=False),
+        "merged": dict(merged=True, fused=False, one_pass=False),
+        "merged + fused norms": dict(merged=True, fused=True, one_pass=False),
+        "merged + fused norms + rotary one pass": dict(merged=True, fused=True, one_pass=True)}
+SHORT, LONG = 8, 40
+
+
+def batch(processor, prompts: int, K: int, device):
+    "The paper's per-device load: `prompts` spatial questions (one side of each pair), each repeated K times, left-padded."
+    examples = train_examples(TrainParams(task="depth", source="SUNRGBD"))
+    rows = [make_prompt_pair(e, np.random.default_rng(i)).to_rows(include_labels=True)[0]
+            for i, e in enumerate(examples[:prompts])]
+    texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
+    processor.tokenizer.padding_side = "left"
+    return processor(text=[t for t in texts for _ in range(K)], images=[[r["image"]] for r in rows for _ in range(K)],
+                     return_tensors="pt", padding=True).to(device)
+
+
+def timed_generate(model, inputs, new_tokens: int, settings: dict) -> float:
+    "Seconds to sample exactly `new_tokens` tokens for every row, in `settings`' arm."
+    with ExitStack() as stack, torch.no_grad():
+        if settings["merged"]: stack.enter_context(merged_lora_weights(model))
+        if settings["one_pass"]: stack.enter_context(rotary_in_one_pass(model))
+        fuse_rms_norms(model, fused=settings["fused"])
+        if inputs["input_ids"].is_cuda: torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = model.generate(**inputs, do_sample=True, temperature=1.0, top_p=1.0, top_k=None,
+                             min_new_tokens=new_tokens, max_new_tokens=new_tokens)
+        if inputs["input_ids"].is_cuda: torch.cuda.synchronize()
+        assert out.shape[1] - inputs["input_ids"].shape[1] == new_tokens
+        return time.perf_counter() - start
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", default="7B", choices=b.ARCH_CHOICES)
+    ap.add_argument("--prompts", type=int, default=8, help="distinct prompts (the paper's load: 4 pairs x 2 = 8)")
+    ap.add_argument("--K", type=int, default=8, help="rows per prompt")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of ABCDDCBA")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    processor = load_processor(TINY_MODEL)
+    if args.arch not in b.TINY_ARCHITECTURES: processor.image_processor.size = dict(b.RELEASED_PIXELS)
+    torch.manual_seed(0)
+    model = b.build_model(b.model_config(args.arch, processor.tokenizer), device, dtype)
+    freeze_vision_tower(model)
+    model = get_peft_model(model, lora_config()).train()   # TRL samples in train mode: LoRA dropout on
+    install_image_cache(model)
+    inputs = batch(processor, args.prompts, args.K, device)
+    for settings in ARMS.values(): timed_generate(model, inputs, 2, settings)   # warm-up: kernels chosen, images cached
+    seconds = {arm: {SHORT: [], LONG: []} for arm in ARMS}
+    for arm in (list(ARMS) + list(ARMS)[::-1]) * args.rounds:
+        for n in (SHORT, LONG): seconds[arm][n].append(timed_generate(model, inputs, n, ARMS[arm]))
+    rows = len(inputs["input_ids"])
+    print(f"{args.arch}, {rows} rows ({args.prompts} prompts x K={args.K}), prompts of "
+          f"{int(inputs['attention_mask'].sum(1).max())} tokens, {dtype} on "
+          f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}")
+    result = dict(arch=args.arch, rows=rows, dtype=str(dtype), torch=torch.__version__,
+                  device_name=torch.cuda.get_device_name() if device.type == "cuda" else "cpu", arms={})
+    base = None
+    for arm in ARMS:
+        per_token = [(long - short) / (LONG - SHORT) * 1e3 for short, long in zip(seconds[arm][SHORT], seconds[arm][LONG])]
+        prefill = [short - SHORT * t / 1e3 for short, t in zip(seconds[arm][SHORT], per_token)]
+        median = statistics.median(per_token); base = base or median
+        result["arms"][arm] = dict(ms_per_token=per_token, prefill_s=prefill, seconds=seconds[arm])
+        print(f"{arm:<40} ms per decoded token {', '.join(f'{t:.1f}' for t in per_token)} (median {median:.1f}, "
+              f"{(median / base - 1) * 100:+.0f}% against the LoRA layers; 512 tokens: {median * 512 / 1e3:.1f} s); "
+              f"prefill {statistics.median(prefill):.2f} s")
+    if args.json: Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
