@@ -133,17 +133,20 @@ SHARED = ":shared-prompt"   # suffix of an arm that forwards each distinct promp
 EVERY_IMAGE = ":every-image-processed"   # suffix of an arm whose processor processes every row's image
 FUSED_NORM = ":fused-rms-norm"   # suffix of an arm whose RMSNorms run as torch's one rms_norm operator
 ONE_PASS_ROTARY = ":rotary-one-pass"   # suffix of an arm that rotates queries and keys in one pass while sampling
+SHARED_PREFILL = ":shared-prefill"   # suffix of an arm that prefills each distinct prompt once while sampling
 
 
 def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False,
          compiled_arm: bool = False, uncast_arm: bool = False, shared_arm: bool = False,
-         processing_arm: bool = False, fused_norm_arm: bool = False, rotary_arm: bool = False) -> list[str]:
+         processing_arm: bool = False, fused_norm_arm: bool = False, rotary_arm: bool = False,
+         prefill_arm: bool = False) -> list[str]:
     """The timed arms: each pairing (with the image cache unless `image_cache` is 'off'), without the cache for
     'both', with LoRA dropout 0 if `dropout_arm`, sampling from merged weights if `merged_arm`, with compiled
     decoding if `compiled_arm`, without the LoRA layers' input casts under autocast if `uncast_arm`, with each
     prompt forwarded once in the log-probability passes if `shared_arm`, with the processor processing every
     row's image (not each distinct one once) if `processing_arm`, with the RMSNorms as torch's fused operator
-    if `fused_norm_arm`, and rotating queries and keys in one pass while sampling if `rotary_arm`."""
+    if `fused_norm_arm`, rotating queries and keys in one pass while sampling if `rotary_arm`, and prefilling each
+    distinct prompt once while sampling if `prefill_arm`."""
     return (list(pairings) + ([p + NO_CACHE for p in pairings] if image_cache == "both" else [])
             + ([p + NO_DROPOUT for p in pairings] if dropout_arm else [])
             + ([p + MERGED for p in pairings] if merged_arm else [])
@@ -152,7 +155,8 @@ def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool
             + ([p + SHARED for p in pairings] if shared_arm else [])
             + ([p + EVERY_IMAGE for p in pairings] if processing_arm else [])
             + ([p + FUSED_NORM for p in pairings] if fused_norm_arm else [])
-            + ([p + ONE_PASS_ROTARY for p in pairings] if rotary_arm else []))
+            + ([p + ONE_PASS_ROTARY for p in pairings] if rotary_arm else [])
+            + ([p + SHARED_PREFILL for p in pairings] if prefill_arm else []))
 
 
 def arm_settings(arm: str) -> tuple[str, bool, bool]:
@@ -194,6 +198,11 @@ def arm_fused_norm(arm: str) -> bool:
 def arm_one_pass_rotary(arm: str) -> bool:
     "Does the arm rotate queries and keys in one pass while sampling (rotary_in_one_pass)?"
     return arm.endswith(ONE_PASS_ROTARY)
+
+
+def arm_shared_prefill(arm: str) -> bool:
+    "Does the arm prefill each distinct prompt once while sampling (share_prompt_prefill)?"
+    return arm.endswith(SHARED_PREFILL)
 
 
 def arm_uncast(arm: str) -> bool:
@@ -327,6 +336,7 @@ def timed_trainer_class():
             self.shared_arm = False   # whether arms switch share_prompt_forward (set by run)
             self.fused_norm_arm = False   # whether arms switch the RMSNorms to torch's fused operator (set by run)
             self.rotary_arm = False   # whether arms switch rotary_in_one_pass (set by run)
+            self.prefill_arm = False   # whether arms switch share_prompt_prefill (set by run)
 
         def on_train_begin(self, args, state, control, **kw):
             self.sections.sync(); self.last = time.perf_counter(); self.sections.take()
@@ -342,6 +352,7 @@ def timed_trainer_class():
             if self.shared_arm: args.share_prompt_forward = arm_shared(self.arm)
             if self.fused_norm_arm: fuse_rms_norms(self.trainer.model, fused=arm_fused_norm(self.arm))
             if self.rotary_arm: args.rotary_in_one_pass = arm_one_pass_rotary(self.arm)
+            if self.prefill_arm: args.share_prompt_prefill = arm_shared_prefill(self.arm)
             if self.uncast_arm: set_lora_input_casts(self.trainer.model, under_autocast=not arm_uncast(self.arm))
             if self.compiled_arm:   # what OTGRPOConfig.compile_generation sets, switched per step
                 generation = self.trainer.generation_config
@@ -361,6 +372,7 @@ def timed_trainer_class():
                                      shared_prompt_forward=bool(args.share_prompt_forward),
                                      fused_rms_norm=bool(fused_norms(self.trainer.model)),
                                      rotary_in_one_pass=bool(getattr(args, "rotary_in_one_pass", False)),
+                                     shared_prompt_prefill=bool(getattr(args, "share_prompt_prefill", False)),
                                      prompt_lengths=getattr(self.trainer, "prompt_lengths", None),
                                      seconds=now - self.last,
                                      sections=self.sections.take()))
@@ -578,6 +590,10 @@ def parse_args(argv=None):
                     help="for each pairing also an arm that rotates each layer's queries and keys in one pass while "
                          "sampling (OTGRPOConfig.rotary_in_one_pass: 6 operators per layer instead of 10), interleaved "
                          "(ABBA): what the rotary embedding's kernels cost in decoding (bitwise the same)")
+    ap.add_argument("--shared-prefill-arm", action="store_true",
+                    help="for each pairing also an arm that prefills each distinct prompt once while sampling "
+                         "(OTGRPOConfig.share_prompt_prefill), interleaved (ABBA): what the repeated prompts cost in "
+                         "generation's prefill (the same completions to float rounding)")
     ap.add_argument("--image-processing-arm", action="store_true",
                     help="for each pairing also an arm whose processor processes every row's image, where by default "
                          "(with the image cache) it processes each distinct image of a call once "
@@ -636,7 +652,7 @@ def run(args) -> dict:
     skipped = args.warmup + int(args.profile)   # warm-up steps, then the profiled step: none of them is timed
     timed_arms = arms(args.pairings, args.image_cache, args.lora_dropout_arm, args.merged_generation_arm,
                       args.compiled_generation_arm, args.lora_uncast_arm, args.shared_prompt_arm,
-                      args.image_processing_arm, args.fused_norm_arm, args.rotary_arm)
+                      args.image_processing_arm, args.fused_norm_arm, args.rotary_arm, args.shared_prefill_arm)
     schedule = pairing_schedule(timed_arms, skipped, args.steps)
     gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
     params = TrainParams(task=args.task, source=args.source, pairing=arm_settings(schedule[0])[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
@@ -684,6 +700,7 @@ def run(args) -> dict:
         clock.shared_arm = args.shared_prompt_arm
         clock.fused_norm_arm = args.fused_norm_arm
         clock.rotary_arm = args.rotary_arm
+        clock.prefill_arm = args.shared_prefill_arm
         if args.lora_dropout_arm:
             clock.dropout = next(m.p for n, m in model.named_modules()
                                  if isinstance(m, torch.nn.Dropout) and ".lora_dropout." in f".{n}.")
@@ -767,13 +784,15 @@ def report(result: dict) -> str:
                      f"4 pairs x K=8 per device): {PAPER_SECONDS['minimal']} / {PAPER_SECONDS['random']} s = "
                      f"{PAPER_SECONDS['minimal'] / PAPER_SECONDS['random']:.4f}")
     for arm, r in s.items():   # each pairing against its arm without the image cache, or without LoRA dropout
-        if (any(is_arm(arm) for is_arm in (arm_merged, arm_compiled, arm_shared, arm_fused_norm, arm_one_pass_rotary))
+        if (any(is_arm(arm) for is_arm in (arm_merged, arm_compiled, arm_shared, arm_fused_norm, arm_one_pass_rotary,
+                                            arm_shared_prefill))
                 and arm_settings(arm)[0] in s):
             base = s[arm_settings(arm)[0]]
             what, against = (("merged sampling", "with LoRA layers") if arm_merged(arm) else
                              ("compiled decoding", "eager") if arm_compiled(arm) else
                              ("fused RMSNorms", "with transformers' norms") if arm_fused_norm(arm) else
                              ("rotary in one pass", "in two") if arm_one_pass_rotary(arm) else
+                             ("prompts prefilled once", "every row prefilled") if arm_shared_prefill(arm) else
                              ("prompts forwarded once", "with the rows whole"))
             lines.append(f"{what}, {arm_settings(arm)[0]}: {r['mean_s']:.3f} s/step against {base['mean_s']:.3f} "
                          f"{against} ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); generate "

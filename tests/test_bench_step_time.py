@@ -111,6 +111,9 @@ def test_cpu_compiled_generation_arm(tmp_path):
     ("--fused-norm-arm", "minimal:fused-rms-norm", "fused_rms_norm", [False, True], "fused RMSNorms, minimal:"),
     # queries and keys rotated in one pass while sampling
     ("--rotary-arm", "minimal:rotary-one-pass", "rotary_in_one_pass", [False, True], "rotary in one pass, minimal:"),
+    # each distinct prompt prefilled once while sampling
+    ("--shared-prefill-arm", "minimal:shared-prefill", "shared_prompt_prefill", [False, True],
+     "prompts prefilled once, minimal:"),
     # the processor processing every row's image, not each distinct one once
     ("--image-processing-arm", "minimal:every-image-processed", "images_processed_once", [True, False],
      "each image processed once, minimal:")])
@@ -215,6 +218,8 @@ def test_arms_and_their_settings(bench):
     assert bench.arm_fused_norm("minimal:fused-rms-norm") and not bench.arm_fused_norm("minimal:shared-prompt")
     assert bench.arms(["minimal"], "on", rotary_arm=True) == ["minimal", "minimal:rotary-one-pass"]
     assert bench.arm_one_pass_rotary("minimal:rotary-one-pass") and not bench.arm_one_pass_rotary("minimal")
+    assert bench.arms(["minimal"], "on", prefill_arm=True) == ["minimal", "minimal:shared-prefill"]
+    assert bench.arm_shared_prefill("minimal:shared-prefill") and not bench.arm_shared_prefill("minimal")
     assert bench.arms(["minimal"], "on", processing_arm=True) == ["minimal", "minimal:every-image-processed"]
     assert bench.arm_every_image("minimal:every-image-processed") and not bench.arm_every_image("minimal")
     from consistency_amp.training.models import load_model

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import sys
 import warnings
 from contextlib import ExitStack, contextmanager
@@ -16,16 +17,18 @@ import torch
 import torch.nn.functional as F
 from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedModel
+from transformers.cache_utils import DynamicCache
 
 from ..core import check_int
+from .image_features import image_encoder, prompt_groups, row_images
 
 
 # %% auto #0
 __all__ = ['STATIC_CACHE_BLOCK', 'merged_lora_weights', 'replace_input_grads_hooks', 'input_grads_hooks',
            'without_input_grads_hooks', 'static_cache_length', 'rms_norm_forward', 'rms_norms', 'computes_rms_norm',
            'fuse_rms_norms', 'fused_norms', 'one_pass_rotary', 'rotates_alike', 'rotary_modules', 'rotary_in_one_pass',
-           'out_of_place_merges', 'forbid_image_token', 'collapse_image_tokens', 'vllm_expands_images',
-           'adapt_vllm_generation']
+           'shared_prefill', 'prefill_once_per_prompt', 'out_of_place_merges', 'forbid_image_token',
+           'collapse_image_tokens', 'vllm_expands_images', 'adapt_vllm_generation']
 
 # %% ../../nbs/26_generation.ipynb #a22a9be0
 @contextmanager
@@ -204,6 +207,49 @@ def rotary_in_one_pass(model: torch.nn.Module):
         yield [m.__name__ for m in changed]
     finally:
         for module in changed: module.apply_rotary_pos_emb = _ONE_PASS[module.__name__][0]
+
+
+# %% ../../nbs/26_generation.ipynb #0cccad21
+def shared_prefill(model, input_ids, attention_mask, pixel_values=None, image_grid_thw=None, mm_token_type_ids=None,
+                   **other_media) -> dict | None:
+    "`generate`'s inputs with a cache that holds every row's prompt less its last token, each distinct prompt forwarded once; None where that does not apply (`other_media`: other model families' fields)."
+    backbone = image_encoder(model)
+    if (backbone is None or mm_token_type_ids is None or any(v is not None for v in other_media.values())
+            or input_ids.size(1) < 2 or not bool(attention_mask[:, -1].all())):
+        return None
+    images = row_images(pixel_values, image_grid_thw, None, len(input_ids))
+    first, group = prompt_groups(input_ids, attention_mask, 0, images)
+    if len(first) == len(input_ids): return None
+    name = "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"   # 5.24 renamed it
+    cache = DynamicCache(config=backbone.config)
+    backbone(input_ids=input_ids[first, :-1], attention_mask=attention_mask[first, :-1],
+             mm_token_type_ids=mm_token_type_ids[first, :-1],
+             pixel_values=None if pixel_values is None else torch.cat([images[r][0] for r in first]),
+             image_grid_thw=None if image_grid_thw is None else torch.cat([images[r][1] for r in first]),
+             use_cache=True, **{name: cache})
+    cache.reorder_cache(torch.tensor(group, device=input_ids.device))   # each row's copy of its prompt's keys and values
+    backbone.rope_deltas = None   # those of the distinct prompts: generate computes every row's positions anew
+    return dict(input_ids=input_ids, attention_mask=attention_mask, image_grid_thw=image_grid_thw,
+                mm_token_type_ids=mm_token_type_ids, **{name: cache})
+
+
+# %% ../../nbs/26_generation.ipynb #97cdec1a
+@contextmanager
+def prefill_once_per_prompt(model):
+    "Within the block, `model.generate` prefills each distinct prompt of its batch once (`shared_prefill`) and goes on from that cache; transformers' own generate wherever that does not apply or the cache is static."
+    own = model.generate
+    def generate(*args, generation_config=None, **kwargs):
+        config = generation_config if generation_config is not None else model.generation_config
+        inputs = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}   # the rest: generation settings
+        prefilled = None
+        if (not args and config.cache_implementation is None and kwargs.get("cache_implementation") is None
+                and not {"cache", "past_key_values"} & kwargs.keys()):
+            prefilled = shared_prefill(model, **inputs)
+        if prefilled is not None: kwargs = {k: v for k, v in kwargs.items() if k not in inputs} | prefilled
+        return own(*args, generation_config=generation_config, **kwargs)
+    model.generate = generate
+    try: yield model
+    finally: del model.generate
 
 
 # %% ../../nbs/26_generation.ipynb #08dd9f69

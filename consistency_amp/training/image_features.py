@@ -227,7 +227,8 @@ def _same(a, b) -> bool: return a is b or (a is not None and b is not None and a
 
 def prompt_groups(input_ids, attention_mask, logits_to_keep: int, images: list[tuple]) -> tuple[list[int], list[int]]:
     "(first row of each distinct prompt, each row's prompt number): rows whose prompt tokens, mask and images are equal."
-    prompts = torch.cat([input_ids[:, :-logits_to_keep], attention_mask[:, :-logits_to_keep]], 1).tolist()
+    cut = input_ids.size(1) - logits_to_keep   # logits_to_keep = 0: the whole rows
+    prompts = torch.cat([input_ids[:, :cut], attention_mask[:, :cut]], 1).tolist()
     first, group, seen = [], [], {}
     for row, key in enumerate(map(tuple, prompts)):
         match = next((g for g in seen.get(key, ()) if all(map(_same, images[first[g]], images[row]))), None)

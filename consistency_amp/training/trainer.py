@@ -23,8 +23,9 @@ from trl import GRPOConfig, GRPOTrainer
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
 from ..reward.pairing import consistency_reward_func
 from .image_features import install_image_cache, process_images_once, shared_prompt_logps
-from .generation import (adapt_vllm_generation, fuse_rms_norms, merged_lora_weights,
-    out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length, without_input_grads_hooks)
+from consistency_amp.training.generation import (adapt_vllm_generation, fuse_rms_norms, merged_lora_weights,
+    out_of_place_merges, prefill_once_per_prompt, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
+    without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
     check_paired_dataset, load_image, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
@@ -101,6 +102,11 @@ class OTGRPOConfig(GRPOConfig):
                                       "layer instead of 10; nbs/26_generation), by swapping the modeling module's "
                                       "apply_rotary_pos_emb for the generation. Bitwise the same. transformers' "
                                       "generate only.")
+    share_prompt_prefill: bool = _param(False, "While transformers' generate samples, prefill each distinct prompt "
+                                        "once and lay its keys and values out for its K rows (nbs/26_generation), "
+                                        "instead of prefilling every row. The same completions to float rounding; "
+                                        "with LoRA dropout, a prompt's K rows share its dropout mask. Not with a "
+                                        "static cache. transformers' generate only.")
 
     def __post_init__(self):
         settle_paired_config(self)
@@ -111,6 +117,9 @@ class OTGRPOConfig(GRPOConfig):
         if self.compile_generation and self.use_vllm:
             raise ValueError("compile_generation applies to transformers' generate; with use_vllm=True the vLLM engine "
                              "runs its own CUDA graphs: leave it False")
+        if self.share_prompt_prefill and self.use_vllm:
+            raise ValueError("share_prompt_prefill applies to transformers' generate; with use_vllm=True the vLLM engine "
+                             "caches shared prompt prefixes itself: leave it False")
         if self.rotary_in_one_pass and self.use_vllm:
             raise ValueError("rotary_in_one_pass applies to transformers' generate; with use_vllm=True the vLLM engine "
                              "runs its own rotary kernel: leave it False")
@@ -346,7 +355,7 @@ class OTGRPOTrainer(GRPOTrainer):
         if args.use_vllm: adapt_vllm_generation(self.vllm_generation, args.vllm_mode)   # TRL 1.16's two gaps with images
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`); with `rotary_in_one_pass`, queries and keys rotated in one pass; with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
+        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`); with `rotary_in_one_pass`, queries and keys rotated in one pass; with `share_prompt_prefill`, each prompt prefilled once; with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
         model = self.accelerator.unwrap_model(self.model)
         replace_input_grads_hooks(model)   # also when TRL wrapped a plain model in peft after __init__'s call
         if not self.args.use_vllm and str(self.generation_config.cache_implementation).endswith("static"):
@@ -357,7 +366,8 @@ class OTGRPOTrainer(GRPOTrainer):
             weights = out_of_place_merges(self.vllm_generation.model)   # TRL's weight sync merges in place: bf16 drift
         else: weights = nullcontext()
         rotary = rotary_in_one_pass(model) if self.args.rotary_in_one_pass else nullcontext()
-        with without_input_grads_hooks(model), weights, rotary:
+        prefill = prefill_once_per_prompt(model) if self.args.share_prompt_prefill and not self.args.use_vllm else nullcontext()
+        with without_input_grads_hooks(model), weights, rotary, prefill:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
