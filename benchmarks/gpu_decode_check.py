@@ -4,11 +4,12 @@ rows (the paper's 8 prompts x K = 8 at the released image size), in the arms tha
 * peft's LoRA layers (TRL's default sampling path, train mode, LoRA dropout 0.05);
 * merged weights (`merge_lora_for_generation`, the GPU recipes);
 * merged, with every RMSNorm as torch's one `rms_norm` operator (`fused_rms_norm`);
-* merged, fused norms, and queries and keys rotated in one pass (`rotary_in_one_pass`).
+* merged, fused norms, and queries and keys rotated in one pass (`rotary_in_one_pass`);
+* all that, and each distinct prompt prefilled once (`share_prompt_prefill`): its prefill, not its decoded tokens.
 
 Each arm samples as TRL does (temperature 1, exactly the asked number of new tokens) twice per round, 8 and 40 new
 tokens: per decoded token = (time of 40 - time of 8) / 32, and the prefill = the time of 8 less 8 tokens' worth;
-rounds in ABCDDCBA order, twice. Random weights of the released architecture (as bench_step_time.py), bf16 and SDPA on
+rounds in ABCDEEDCBA order, twice. Random weights of the released architecture (as bench_step_time.py), bf16 and SDPA on
 CUDA, the image cache on (as the trainer). A step-level measurement costs a whole 7B step per arm; this costs a few
 seconds, so one GPU call can read every decoding change. On a machine without CUDA it runs in float32 on the CPU
 (`--arch tiny` for a quick check of the wiring). Results: benchmarks/README.md.
@@ -25,16 +26,18 @@ from peft import get_peft_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_step_time as b   # noqa: E402
-from consistency_amp.training.generation import fuse_rms_norms, merged_lora_weights, rotary_in_one_pass   # noqa: E402
+from consistency_amp.training.generation import (fuse_rms_norms, merged_lora_weights, prefill_once_per_prompt,   # noqa: E402
+                                                 rotary_in_one_pass)
 from consistency_amp.training.image_features import install_image_cache   # noqa: E402
 from consistency_amp.training.models import TINY_MODEL, freeze_vision_tower, load_processor, lora_config   # noqa: E402
 from consistency_amp.training.train import TrainParams, train_examples   # noqa: E402
 from consistency_amp.world.prompts import make_prompt_pair   # noqa: E402
 
-ARMS = {"LoRA layers": dict(merged=False, fused=False, one_pass=False),
-        "merged": dict(merged=True, fused=False, one_pass=False),
-        "merged + fused norms": dict(merged=True, fused=True, one_pass=False),
-        "merged + fused norms + rotary one pass": dict(merged=True, fused=True, one_pass=True)}
+ARMS = {"LoRA layers": dict(merged=False, fused=False, one_pass=False, prefill=False),
+        "merged": dict(merged=True, fused=False, one_pass=False, prefill=False),
+        "merged + fused norms": dict(merged=True, fused=True, one_pass=False, prefill=False),
+        "merged + fused norms + rotary one pass": dict(merged=True, fused=True, one_pass=True, prefill=False),
+        "all + each prompt prefilled once": dict(merged=True, fused=True, one_pass=True, prefill=True)}
 SHORT, LONG = 8, 40
 
 
@@ -54,6 +57,7 @@ def timed_generate(model, inputs, new_tokens: int, settings: dict) -> float:
     with ExitStack() as stack, torch.no_grad():
         if settings["merged"]: stack.enter_context(merged_lora_weights(model))
         if settings["one_pass"]: stack.enter_context(rotary_in_one_pass(model))
+        if settings["prefill"]: stack.enter_context(prefill_once_per_prompt(model))
         fuse_rms_norms(model, fused=settings["fused"])
         if inputs["input_ids"].is_cuda: torch.cuda.synchronize()
         start = time.perf_counter()
@@ -69,7 +73,7 @@ def main():
     ap.add_argument("--arch", default="7B", choices=b.ARCH_CHOICES)
     ap.add_argument("--prompts", type=int, default=8, help="distinct prompts (the paper's load: 4 pairs x 2 = 8)")
     ap.add_argument("--K", type=int, default=8, help="rows per prompt")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of ABCDDCBA")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of ABCDEEDCBA")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -98,7 +102,7 @@ def main():
         prefill = [short - SHORT * t / 1e3 for short, t in zip(seconds[arm][SHORT], per_token)]
         median = statistics.median(per_token); base = base or median
         result["arms"][arm] = dict(ms_per_token=per_token, prefill_s=prefill, seconds=seconds[arm])
-        print(f"{arm:<40} ms per decoded token {', '.join(f'{t:.1f}' for t in per_token)} (median {median:.1f}, "
+        print(f"{arm:<42} ms per decoded token {', '.join(f'{t:.1f}' for t in per_token)} (median {median:.1f}, "
               f"{(median / base - 1) * 100:+.0f}% against the LoRA layers; 512 tokens: {median * 512 / 1e3:.1f} s); "
               f"prefill {statistics.median(prefill):.2f} s")
     if args.json: Path(args.json).write_text(json.dumps(result, indent=1))

@@ -4,8 +4,8 @@
 #   1. the bf16 exactness and cost of the first two at the paper's load, one forward and backward with gradient
 #      checkpointing: per-token log-probabilities and LoRA gradients against TRL's path, with each path's time and
 #      peak memory (benchmarks/gpu_shared_prompt_check.py);
-#   2. decoding alone, ms per decoded token for 64 rows: LoRA layers, merged, merged + fused norms, and + rotary in
-#      one pass (benchmarks/gpu_decode_check.py, a few seconds per arm);
+#   2. decoding alone, ms per decoded token for 64 rows: LoRA layers, merged, merged + fused norms, + rotary in one
+#      pass, and + each prompt prefilled once (its prefill seconds) (benchmarks/gpu_decode_check.py, seconds per arm);
 #   3. the 7B step at 512 tokens with merged sampling: rows forwarded whole (transformers' norms), each prompt
 #      forwarded once, and every RMSNorm as torch's fused operator, interleaved (2 steps each after a warm-up step):
 #      what the first takes off loss + backward (9.4 s on the H100 in session 23), what the second takes off
@@ -35,7 +35,7 @@ log=$OUT/decode_check_${ARCH}.txt
 timeout "$DECODE_TIMEOUT" $PYTHON benchmarks/gpu_decode_check.py --arch "$ARCH" --prompts "$PROMPTS" --K "$K" --rounds "$ROUNDS" \
   --json "$OUT/decode_check_${ARCH}.json" > "$log" 2>&1
 echo "decode check rc $? (124: cut by DECODE_TIMEOUT=$DECODE_TIMEOUT)"
-grep -vE "[Ww]arn" "$log" | tail -5
+grep -vE "[Ww]arn" "$log" | tail -6
 log=$OUT/step_time_${ARCH}_${LENGTH}_merged_shared_prompt_fused_norm_arms.log
 timeout "$STEP_TIMEOUT" $PYTHON benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings minimal \
   --pairs-per-device $((PROMPTS / 2)) --K "$K" --trainer-args '{"merge_lora_for_generation": true}' --shared-prompt-arm \
