@@ -105,6 +105,34 @@ def build_model(config, device, dtype, attn_implementation: str = "sdpa"):
                                                                attn_implementation=attn_implementation)
 
 
+def random_model_and_processor(arch: str):
+    """(model, processor, device, dtype) for the GPU check scripts: `arch` with seeded random weights and its vision tower
+    frozen, in bf16 on CUDA or float32 on the CPU; the tiny model's processor, at the released image size for a
+    released architecture."""
+    from consistency_amp.training.models import TINY_MODEL, freeze_vision_tower, load_processor
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    processor = load_processor(TINY_MODEL)
+    if arch not in TINY_ARCHITECTURES: processor.image_processor.size = dict(RELEASED_PIXELS)
+    torch.manual_seed(0)
+    model = build_model(model_config(arch, processor.tokenizer), device, dtype)
+    freeze_vision_tower(model)
+    return model, processor, device, dtype
+
+
+def paper_prompts(processor, prompts: int, K: int, device):
+    "Processor inputs of `prompts` depth questions on SUN RGB-D images (one side of each pair), each row repeated K times as a GRPO group, left-padded; and the rows."
+    from consistency_amp.training.train import TrainParams, train_examples
+    from consistency_amp.world.prompts import make_prompt_pair
+    examples = train_examples(TrainParams(task="depth", source="SUNRGBD"))
+    rows = [make_prompt_pair(e, np.random.default_rng(i)).to_rows(include_labels=True)[0]
+            for i, e in enumerate(examples[:prompts])]
+    texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
+    processor.tokenizer.padding_side = "left"
+    return processor(text=[t for t in texts for _ in range(K)], images=[[r["image"]] for r in rows for _ in range(K)],
+                     return_tensors="pt", padding=True).to(device), rows
+
+
 def parameter_count(arch: str, tokenizer=None) -> int:
     "Total parameters of `arch` (tied embeddings once), counted on the meta device: no memory is allocated."
     from consistency_amp.training.models import load_processor, TINY_MODEL

@@ -20,7 +20,6 @@ import argparse, json, statistics, sys, time
 from contextlib import ExitStack
 from pathlib import Path
 
-import numpy as np
 import torch
 from peft import get_peft_model
 
@@ -29,9 +28,7 @@ import bench_step_time as b   # noqa: E402
 from consistency_amp.training.generation import (fuse_rms_norms, merged_lora_weights, prefill_once_per_prompt,   # noqa: E402
                                                  rotary_in_one_pass)
 from consistency_amp.training.image_features import install_image_cache   # noqa: E402
-from consistency_amp.training.models import TINY_MODEL, freeze_vision_tower, load_processor, lora_config   # noqa: E402
-from consistency_amp.training.train import TrainParams, train_examples   # noqa: E402
-from consistency_amp.world.prompts import make_prompt_pair   # noqa: E402
+from consistency_amp.training.models import lora_config   # noqa: E402
 
 ARMS = {"LoRA layers": dict(merged=False, fused=False, one_pass=False, prefill=False),
         "merged": dict(merged=True, fused=False, one_pass=False, prefill=False),
@@ -39,17 +36,6 @@ ARMS = {"LoRA layers": dict(merged=False, fused=False, one_pass=False, prefill=F
         "merged + fused norms + rotary one pass": dict(merged=True, fused=True, one_pass=True, prefill=False),
         "all + each prompt prefilled once": dict(merged=True, fused=True, one_pass=True, prefill=True)}
 SHORT, LONG = 8, 40
-
-
-def batch(processor, prompts: int, K: int, device):
-    "The paper's per-device load: `prompts` spatial questions (one side of each pair), each repeated K times, left-padded."
-    examples = train_examples(TrainParams(task="depth", source="SUNRGBD"))
-    rows = [make_prompt_pair(e, np.random.default_rng(i)).to_rows(include_labels=True)[0]
-            for i, e in enumerate(examples[:prompts])]
-    texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
-    processor.tokenizer.padding_side = "left"
-    return processor(text=[t for t in texts for _ in range(K)], images=[[r["image"]] for r in rows for _ in range(K)],
-                     return_tensors="pt", padding=True).to(device)
 
 
 def timed_generate(model, inputs, new_tokens: int, settings: dict) -> float:
@@ -76,16 +62,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="rounds of ABCDEEDCBA")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    processor = load_processor(TINY_MODEL)
-    if args.arch not in b.TINY_ARCHITECTURES: processor.image_processor.size = dict(b.RELEASED_PIXELS)
-    torch.manual_seed(0)
-    model = b.build_model(b.model_config(args.arch, processor.tokenizer), device, dtype)
-    freeze_vision_tower(model)
+    model, processor, device, dtype = b.random_model_and_processor(args.arch)
     model = get_peft_model(model, lora_config()).train()   # TRL samples in train mode: LoRA dropout on
     install_image_cache(model)
-    inputs = batch(processor, args.prompts, args.K, device)
+    inputs, _ = b.paper_prompts(processor, args.prompts, args.K, device)
     for settings in ARMS.values(): timed_generate(model, inputs, 2, settings)   # warm-up: kernels chosen, images cached
     seconds = {arm: {SHORT: [], LONG: []} for arm in ARMS}
     for arm in (list(ARMS) + list(ARMS)[::-1]) * args.rounds:

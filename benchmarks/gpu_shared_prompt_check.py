@@ -9,7 +9,6 @@ on CUDA; `generation.fuse_rms_norms`), kept through the backward (gradient check
 """
 import argparse, sys, time
 from pathlib import Path
-import numpy as np
 import torch
 from peft import get_peft_model
 from trl.trainer.utils import add_fused_lm_head
@@ -17,9 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_step_time as b
 from consistency_amp.training.generation import fuse_rms_norms
 from consistency_amp.training.image_features import install_image_cache, shared_prompt_logps
-from consistency_amp.training.models import TINY_MODEL, freeze_vision_tower, load_processor, lora_config
-from consistency_amp.training.train import TrainParams, train_examples
-from consistency_amp.world.prompts import make_prompt_pair
+from consistency_amp.training.models import lora_config
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--arch", default="7B", choices=b.ARCH_CHOICES)
@@ -27,13 +24,7 @@ ap.add_argument("--K", type=int, default=8, help="rows per prompt")
 ap.add_argument("--prompts", type=int, default=8, help="distinct prompts (the paper's load: 4 pairs x 2 = 8)")
 ap.add_argument("--completion-length", type=int, default=512)
 args = ap.parse_args()
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-processor = load_processor(TINY_MODEL)
-if args.arch not in b.TINY_ARCHITECTURES: processor.image_processor.size = dict(b.RELEASED_PIXELS)
-torch.manual_seed(0)
-model = b.build_model(b.model_config(args.arch, processor.tokenizer), device, dtype)
-freeze_vision_tower(model)
+model, processor, device, dtype = b.random_model_and_processor(args.arch)
 add_fused_lm_head(model, outputs=("log_probs", "entropy"))   # what GRPOTrainer does, before peft wraps the model
 model = get_peft_model(model, lora_config(dropout=0.0))
 with torch.no_grad():
@@ -44,13 +35,7 @@ model.enable_input_require_grads()
 install_image_cache(model)
 model.train()
 
-examples = train_examples(TrainParams(task="depth", source="SUNRGBD"))
-rows = [r for i, e in enumerate(examples[:args.prompts])
-        for r in make_prompt_pair(e, np.random.default_rng(i)).to_rows(include_labels=True)[:1]]
-texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
-processor.tokenizer.padding_side = "left"
-prompts = processor(text=[t for t in texts for _ in range(args.K)], images=[[r["image"]] for r in rows for _ in range(args.K)],
-                    return_tensors="pt", padding=True).to(device)
+prompts, _ = b.paper_prompts(processor, args.prompts, args.K, device)
 L, B = args.completion_length, len(prompts["input_ids"])
 g = torch.Generator().manual_seed(1)
 words = torch.tensor(processor.tokenizer(" the lamp is closer than the sofa, about 3.5 meters to the left of the chair",
