@@ -5,11 +5,14 @@ rows (the paper's 8 prompts x K = 8 at the released image size), in the arms tha
 * merged weights (`merge_lora_for_generation`, the GPU recipes);
 * merged, with every RMSNorm as torch's one `rms_norm` operator (`fused_rms_norm`);
 * merged, fused norms, and queries and keys rotated in one pass (`rotary_in_one_pass`);
-* all that, and each distinct prompt prefilled once (`share_prompt_prefill`): its prefill, not its decoded tokens.
+* all that, and each distinct prompt prefilled once (`share_prompt_prefill`): its prefill, not its decoded tokens;
+* merged, fused norms and rotary in one pass on transformers' static KV cache, eager: the dynamic cache concatenates
+  each layer's keys and values anew at every decoded token (a copy of the whole cache), the static one writes the
+  new position in place but attends over its whole length (what `compile_generation` decodes on, uncompiled).
 
 Each arm samples as TRL does (temperature 1, exactly the asked number of new tokens) twice per round, 8 and 40 new
 tokens: per decoded token = (time of 40 - time of 8) / 32, and the prefill = the time of 8 less 8 tokens' worth;
-rounds in ABCDEEDCBA order, twice. Random weights of the released architecture (as bench_step_time.py), bf16 and SDPA on
+rounds in ABCDEFFEDCBA order, twice. Random weights of the released architecture (as bench_step_time.py), bf16 and SDPA on
 CUDA, the image cache on (as the trainer). A step-level measurement costs a whole 7B step per arm; this costs a few
 seconds, so one GPU call can read every decoding change. On a machine without CUDA it runs in float32 on the CPU
 (`--arch tiny` for a quick check of the wiring). Results: benchmarks/README.md.
@@ -26,7 +29,7 @@ from peft import get_peft_model
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_step_time as b   # noqa: E402
 from consistency_amp.training.generation import (fuse_rms_norms, merged_lora_weights, prefill_once_per_prompt,   # noqa: E402
-                                                 rotary_in_one_pass)
+                                                 rotary_in_one_pass, static_cache_length)
 from consistency_amp.training.image_features import install_image_cache   # noqa: E402
 from consistency_amp.training.models import lora_config   # noqa: E402
 
@@ -34,7 +37,9 @@ ARMS = {"LoRA layers": dict(merged=False, fused=False, one_pass=False, prefill=F
         "merged": dict(merged=True, fused=False, one_pass=False, prefill=False),
         "merged + fused norms": dict(merged=True, fused=True, one_pass=False, prefill=False),
         "merged + fused norms + rotary one pass": dict(merged=True, fused=True, one_pass=True, prefill=False),
-        "all + each prompt prefilled once": dict(merged=True, fused=True, one_pass=True, prefill=True)}
+        "all + each prompt prefilled once": dict(merged=True, fused=True, one_pass=True, prefill=True),
+        "merged + fused + rotary, static cache": dict(merged=True, fused=True, one_pass=True, prefill=False,
+                                                        static=True)}
 SHORT, LONG = 8, 40
 
 
@@ -48,7 +53,10 @@ def timed_generate(model, inputs, new_tokens: int, settings: dict) -> float:
         if inputs["input_ids"].is_cuda: torch.cuda.synchronize()
         start = time.perf_counter()
         out = model.generate(**inputs, do_sample=True, temperature=1.0, top_p=1.0, top_k=None,
-                             min_new_tokens=new_tokens, max_new_tokens=new_tokens)
+                             min_new_tokens=new_tokens, max_new_tokens=new_tokens,
+                             **(dict(cache_implementation="static",   # one cache length for both numbers of tokens
+                                     max_cache_len=static_cache_length(inputs["input_ids"].shape[1], LONG))
+                                if settings.get("static") else {}))
         if inputs["input_ids"].is_cuda: torch.cuda.synchronize()
         assert out.shape[1] - inputs["input_ids"].shape[1] == new_tokens
         return time.perf_counter() - start
@@ -59,7 +67,7 @@ def main():
     ap.add_argument("--arch", default="7B", choices=b.ARCH_CHOICES)
     ap.add_argument("--prompts", type=int, default=8, help="distinct prompts (the paper's load: 4 pairs x 2 = 8)")
     ap.add_argument("--K", type=int, default=8, help="rows per prompt")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of ABCDEEDCBA")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of ABCDEFFEDCBA")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     model, processor, device, dtype = b.random_model_and_processor(args.arch)

@@ -515,6 +515,7 @@ def test_gpu_decode_check_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "decode.json").read_text())
     assert list(result["arms"]) == ["LoRA layers", "merged", "merged + fused norms",
-                                    "merged + fused norms + rotary one pass", "all + each prompt prefilled once"]
+                                    "merged + fused norms + rotary one pass", "all + each prompt prefilled once",
+                                    "merged + fused + rotary, static cache"]
     assert all(len(a["ms_per_token"]) == 2 and all(t > 0 for t in a["ms_per_token"]) for a in result["arms"].values())
-    assert "4 rows (2 prompts x K=2)" in proc.stdout and proc.stdout.count("ms per decoded token") == 5
+    assert "4 rows (2 prompts x K=2)" in proc.stdout and proc.stdout.count("ms per decoded token") == 6
