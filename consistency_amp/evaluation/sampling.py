@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ import numpy as np
 from .decoders import GreedyDecoder
 from .held_out import held_out_examples
 from ..reward.verifiers import accuracy, parse_answer
+from ..training.generation import prefill_once_per_prompt
+from ..training.image_features import process_images_once
 from ..training.runs import EVAL_DIR, jsonable, utc_now, write_json
 from ..world.prompts import load_rgb, make_prompt
 from ..world.tasks import BOOLEAN_TASKS
@@ -33,16 +36,17 @@ def _majority(right: list[float], answers: list) -> float:
 
 # %% ../../nbs/49_sampling.ipynb #792fd8b8
 def sample_answers(model, processor, examples, k: int = SAMPLES, temperature: float = 1.0, seed: int = 0,
-                   max_new_tokens: int = 24, questions_per_batch: int = 8) -> list[dict]:
-    "Per example (x only): K sampled answers at `temperature`, the fraction right (`sampled`) and their `majority`."
+                   max_new_tokens: int = 24, questions_per_batch: int = 8, prompts_once: bool = True) -> list[dict]:
+    "Per example (x only): K sampled answers at `temperature`, the fraction right (`sampled`) and their `majority`; `prompts_once`: each question's image processed and its prompt prefilled once for its K samples."
     import torch
     decoder, records = GreedyDecoder(model, processor, max_new_tokens), []
+    if prompts_once: process_images_once(processor)   # the same pixels (nbs/25_image_features)
     torch.manual_seed(seed)                          # the same samples for the same model, examples and batches
     for start in range(0, len(examples), questions_per_batch):
         batch = examples[start:start + questions_per_batch]
         prompts = [make_prompt(e.scene, load_rgb(e.scene), e.question) for e in batch]
         inputs = decoder.inputs([dict(prompt=p.messages, image=p.image) for p in prompts for _ in range(k)])
-        with torch.inference_mode():
+        with (prefill_once_per_prompt(model) if prompts_once else nullcontext()), torch.inference_mode():
             out = model.generate(**inputs, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
                                  max_new_tokens=max_new_tokens, pad_token_id=decoder.pad_token_id)
         texts = processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
