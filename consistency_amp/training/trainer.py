@@ -35,8 +35,8 @@ from ..reward.verifiers import (
     accuracy, accuracy_reward_func, completion_text, format_reward_func, parse_answer)
 
 # %% auto #0
-__all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'label_flipped',
-           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
+__all__ = ['GENERATE_ONLY', 'SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler',
+           'label_flipped', 'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
            'consistency_reward_placeholder', 'paired_prompts', 'log_answer_metrics', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #3f58e82b
@@ -45,6 +45,10 @@ def _param(default, help: str, **kwargs):
     return field(default=default, metadata={"help": help}, **kwargs)
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
+GENERATE_ONLY = {"merge_lora_for_generation": "already samples from merged weights",   # setting: what vLLM does instead
+                 "compile_generation": "runs its own CUDA graphs", "rotary_in_one_pass": "runs its own rotary kernel",
+                 "share_prompt_prefill": "caches shared prompt prefixes itself"}
+
 @dataclass
 class OTGRPOConfig(GRPOConfig):
     "`GRPOConfig` for paired-prompt training with the consistency or the accuracy reward; paper defaults (Section 5.1)."
@@ -111,18 +115,10 @@ class OTGRPOConfig(GRPOConfig):
     def __post_init__(self):
         settle_paired_config(self)
         super().__post_init__()
-        if self.merge_lora_for_generation and self.use_vllm:
-            raise ValueError("merge_lora_for_generation applies to transformers' generate; with use_vllm=True the vLLM "
-                             "engine already samples from merged weights: leave it False")
-        if self.compile_generation and self.use_vllm:
-            raise ValueError("compile_generation applies to transformers' generate; with use_vllm=True the vLLM engine "
-                             "runs its own CUDA graphs: leave it False")
-        if self.share_prompt_prefill and self.use_vllm:
-            raise ValueError("share_prompt_prefill applies to transformers' generate; with use_vllm=True the vLLM engine "
-                             "caches shared prompt prefixes itself: leave it False")
-        if self.rotary_in_one_pass and self.use_vllm:
-            raise ValueError("rotary_in_one_pass applies to transformers' generate; with use_vllm=True the vLLM engine "
-                             "runs its own rotary kernel: leave it False")
+        for name, instead in GENERATE_ONLY.items():
+            if getattr(self, name) and self.use_vllm:
+                raise ValueError(f"{name} applies to transformers' generate; with use_vllm=True the vLLM engine "
+                                 f"{instead}: leave it False")
         if self.compile_generation and self.cache_implementation is None: self.cache_implementation = "static"
         if self.generation_batch_size % (2 * self.num_generations):
             raise ValueError(f"the generation batch ({self.generation_batch_size} completions) must hold whole prompt "
