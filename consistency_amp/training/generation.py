@@ -237,7 +237,7 @@ def shared_prefill(model, input_ids, attention_mask, pixel_values=None, image_gr
 @contextmanager
 def prefill_once_per_prompt(model):
     "Within the block, `model.generate` prefills each distinct prompt of its batch once (`shared_prefill`) and goes on from that cache; transformers' own generate wherever that does not apply or the cache is static."
-    own = model.generate
+    own, instance_generate = model.generate, model.__dict__.get("generate")   # a wrapper already set stays under ours
     def generate(*args, generation_config=None, **kwargs):
         config = generation_config if generation_config is not None else model.generation_config
         inputs = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}   # the rest: generation settings
@@ -249,7 +249,9 @@ def prefill_once_per_prompt(model):
         return own(*args, generation_config=generation_config, **kwargs)
     model.generate = generate
     try: yield model
-    finally: del model.generate
+    finally:
+        if instance_generate is None: del model.generate
+        else: model.generate = instance_generate
 
 
 # %% ../../nbs/26_generation.ipynb #08dd9f69
