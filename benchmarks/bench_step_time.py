@@ -162,19 +162,24 @@ EVERY_IMAGE = ":every-image-processed"   # suffix of an arm whose processor proc
 FUSED_NORM = ":fused-rms-norm"   # suffix of an arm whose RMSNorms run as torch's one rms_norm operator
 ONE_PASS_ROTARY = ":rotary-one-pass"   # suffix of an arm that rotates queries and keys in one pass while sampling
 SHARED_PREFILL = ":shared-prefill"   # suffix of an arm that prefills each distinct prompt once while sampling
+COMBINED = ":combined"   # suffix of an arm that switches several settings at once (--combined-arm)
+# the OTGRPOConfig settings an arm can switch from step to step (--combined-arm)
+SWITCHABLE = ("merge_lora_for_generation", "share_prompt_forward", "share_prompt_prefill", "rotary_in_one_pass",
+              "fused_rms_norm")
 
 
 def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False,
          compiled_arm: bool = False, uncast_arm: bool = False, shared_arm: bool = False,
          processing_arm: bool = False, fused_norm_arm: bool = False, rotary_arm: bool = False,
-         prefill_arm: bool = False) -> list[str]:
+         prefill_arm: bool = False, combined_arm: bool = False) -> list[str]:
     """The timed arms: each pairing (with the image cache unless `image_cache` is 'off'), without the cache for
     'both', with LoRA dropout 0 if `dropout_arm`, sampling from merged weights if `merged_arm`, with compiled
     decoding if `compiled_arm`, without the LoRA layers' input casts under autocast if `uncast_arm`, with each
     prompt forwarded once in the log-probability passes if `shared_arm`, with the processor processing every
     row's image (not each distinct one once) if `processing_arm`, with the RMSNorms as torch's fused operator
-    if `fused_norm_arm`, rotating queries and keys in one pass while sampling if `rotary_arm`, and prefilling each
-    distinct prompt once while sampling if `prefill_arm`."""
+    if `fused_norm_arm`, rotating queries and keys in one pass while sampling if `rotary_arm`, prefilling each
+    distinct prompt once while sampling if `prefill_arm`, and with several settings switched at once if
+    `combined_arm`."""
     return (list(pairings) + ([p + NO_CACHE for p in pairings] if image_cache == "both" else [])
             + ([p + NO_DROPOUT for p in pairings] if dropout_arm else [])
             + ([p + MERGED for p in pairings] if merged_arm else [])
@@ -184,7 +189,8 @@ def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool
             + ([p + EVERY_IMAGE for p in pairings] if processing_arm else [])
             + ([p + FUSED_NORM for p in pairings] if fused_norm_arm else [])
             + ([p + ONE_PASS_ROTARY for p in pairings] if rotary_arm else [])
-            + ([p + SHARED_PREFILL for p in pairings] if prefill_arm else []))
+            + ([p + SHARED_PREFILL for p in pairings] if prefill_arm else [])
+            + ([p + COMBINED for p in pairings] if combined_arm else []))
 
 
 def arm_settings(arm: str) -> tuple[str, bool, bool]:
@@ -231,6 +237,11 @@ def arm_one_pass_rotary(arm: str) -> bool:
 def arm_shared_prefill(arm: str) -> bool:
     "Does the arm prefill each distinct prompt once while sampling (share_prompt_prefill)?"
     return arm.endswith(SHARED_PREFILL)
+
+
+def arm_combined(arm: str) -> bool:
+    "Does the arm switch the --combined-arm settings?"
+    return arm.endswith(COMBINED)
 
 
 def arm_uncast(arm: str) -> bool:
@@ -365,6 +376,7 @@ def timed_trainer_class():
             self.fused_norm_arm = False   # whether arms switch the RMSNorms to torch's fused operator (set by run)
             self.rotary_arm = False   # whether arms switch rotary_in_one_pass (set by run)
             self.prefill_arm = False   # whether arms switch share_prompt_prefill (set by run)
+            self.combined = None   # {setting: value} a combined arm sets, and the other steps' values (set by run)
 
         def on_train_begin(self, args, state, control, **kw):
             self.sections.sync(); self.last = time.perf_counter(); self.sections.take()
@@ -381,6 +393,11 @@ def timed_trainer_class():
             if self.fused_norm_arm: fuse_rms_norms(self.trainer.model, fused=arm_fused_norm(self.arm))
             if self.rotary_arm: args.rotary_in_one_pass = arm_one_pass_rotary(self.arm)
             if self.prefill_arm: args.share_prompt_prefill = arm_shared_prefill(self.arm)
+            if self.combined is not None:
+                for name, (value, otherwise) in self.combined.items():
+                    chosen = value if arm_combined(self.arm) else otherwise
+                    if name == "fused_rms_norm": fuse_rms_norms(self.trainer.model, fused=chosen)   # set at __init__
+                    else: setattr(args, name, chosen)
             if self.uncast_arm: set_lora_input_casts(self.trainer.model, under_autocast=not arm_uncast(self.arm))
             if self.compiled_arm:   # what OTGRPOConfig.compile_generation sets, switched per step
                 generation = self.trainer.generation_config
@@ -401,6 +418,7 @@ def timed_trainer_class():
                                      fused_rms_norm=bool(fused_norms(self.trainer.model)),
                                      rotary_in_one_pass=bool(getattr(args, "rotary_in_one_pass", False)),
                                      shared_prompt_prefill=bool(getattr(args, "share_prompt_prefill", False)),
+                                     combined=arm_combined(self.arm),
                                      prompt_lengths=getattr(self.trainer, "prompt_lengths", None),
                                      seconds=now - self.last,
                                      sections=self.sections.take()))
@@ -622,6 +640,10 @@ def parse_args(argv=None):
                     help="for each pairing also an arm that prefills each distinct prompt once while sampling "
                          "(OTGRPOConfig.share_prompt_prefill), interleaved (ABBA): what the repeated prompts cost in "
                          "generation's prefill (the same completions to float rounding)")
+    ap.add_argument("--combined-arm", type=json.loads, default=None,
+                    help="for each pairing also an arm that switches several settings at once, as a JSON object of "
+                         f"OTGRPOConfig settings ({', '.join(SWITCHABLE)}) and their values, interleaved (ABBA); the "
+                         "other arms keep the values of --trainer-args: e.g. all the speed settings against the recipe")
     ap.add_argument("--image-processing-arm", action="store_true",
                     help="for each pairing also an arm whose processor processes every row's image, where by default "
                          "(with the image cache) it processes each distinct image of a call once "
@@ -656,6 +678,13 @@ def parse_args(argv=None):
     if args.K < 2: ap.error("--K must be >= 2")
     if args.trainer_args is not None and not isinstance(args.trainer_args, dict):
         ap.error(f"--trainer-args must be a JSON object; got {args.trainer_args!r}")
+    if args.combined_arm is not None:
+        if not isinstance(args.combined_arm, dict) or not args.combined_arm:
+            ap.error(f"--combined-arm must be a JSON object of settings; got {args.combined_arm!r}")
+        if bad := [k for k in args.combined_arm if k not in SWITCHABLE]:
+            ap.error(f"--combined-arm: {bad} cannot be switched from step to step; choose from {', '.join(SWITCHABLE)}")
+        if bad := [k for k, v in args.combined_arm.items() if not isinstance(v, bool)]:
+            ap.error(f"--combined-arm: {bad} must be true or false")
     if args.warmup < 0: ap.error("--warmup must be >= 0")
     if args.profile_top < 1: ap.error("--profile-top must be >= 1")
     if args.profile_trace is not None and not args.profile: ap.error("--profile-trace needs --profile")
@@ -680,7 +709,8 @@ def run(args) -> dict:
     skipped = args.warmup + int(args.profile)   # warm-up steps, then the profiled step: none of them is timed
     timed_arms = arms(args.pairings, args.image_cache, args.lora_dropout_arm, args.merged_generation_arm,
                       args.compiled_generation_arm, args.lora_uncast_arm, args.shared_prompt_arm,
-                      args.image_processing_arm, args.fused_norm_arm, args.rotary_arm, args.shared_prefill_arm)
+                      args.image_processing_arm, args.fused_norm_arm, args.rotary_arm, args.shared_prefill_arm,
+                      args.combined_arm is not None)
     schedule = pairing_schedule(timed_arms, skipped, args.steps)
     gc = None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true"
     params = TrainParams(task=args.task, source=args.source, pairing=arm_settings(schedule[0])[0], model=args.model or f"random-qwen2.5-vl-{args.arch}",
@@ -729,6 +759,8 @@ def run(args) -> dict:
         clock.fused_norm_arm = args.fused_norm_arm
         clock.rotary_arm = args.rotary_arm
         clock.prefill_arm = args.shared_prefill_arm
+        if args.combined_arm is not None:   # each setting: (the combined arm's value, the value of the other steps)
+            clock.combined = {name: (value, bool(getattr(config, name))) for name, value in args.combined_arm.items()}
         if args.lora_dropout_arm:
             clock.dropout = next(m.p for n, m in model.named_modules()
                                  if isinstance(m, torch.nn.Dropout) and ".lora_dropout." in f".{n}.")
@@ -777,6 +809,7 @@ def run(args) -> dict:
                   world_size=world_size(), dtype=str(dtype).removeprefix("torch."),
                   gradient_checkpointing=bool(config.gradient_checkpointing),
                   attn_implementation=args.attn_implementation, trainer_args=args.trainer_args,
+                  combined_arm=args.combined_arm,
                   image_cache=args.image_cache, profiled_steps=int(args.profile), use_vllm=args.use_vllm,
                   lora_dropout=args.lora_dropout,
                   pairs_per_device=args.pairs_per_device, K=args.K,
@@ -813,7 +846,7 @@ def report(result: dict) -> str:
                      f"{PAPER_SECONDS['minimal'] / PAPER_SECONDS['random']:.4f}")
     for arm, r in s.items():   # each pairing against its arm without the image cache, or without LoRA dropout
         if (any(is_arm(arm) for is_arm in (arm_merged, arm_compiled, arm_shared, arm_fused_norm, arm_one_pass_rotary,
-                                            arm_shared_prefill))
+                                            arm_shared_prefill, arm_combined))
                 and arm_settings(arm)[0] in s):
             base = s[arm_settings(arm)[0]]
             what, against = (("merged sampling", "with LoRA layers") if arm_merged(arm) else
@@ -821,6 +854,7 @@ def report(result: dict) -> str:
                              ("fused RMSNorms", "with transformers' norms") if arm_fused_norm(arm) else
                              ("rotary in one pass", "in two") if arm_one_pass_rotary(arm) else
                              ("prompts prefilled once", "every row prefilled") if arm_shared_prefill(arm) else
+                             ("combined settings", "without them") if arm_combined(arm) else
                              ("prompts forwarded once", "with the rows whole"))
             lines.append(f"{what}, {arm_settings(arm)[0]}: {r['mean_s']:.3f} s/step against {base['mean_s']:.3f} "
                          f"{against} ({(r['mean_s'] / base['mean_s'] - 1) * 100:+.1f}%); generate "
