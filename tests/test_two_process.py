@@ -7,7 +7,9 @@ model for two steps on CPU (gloo) with scripted completions, and this test check
   consistency reward on the whole batch), and the advantages each rank kept are its slice of the per-group
   normalisation of those rewards;
 * with `share_prompt_forward` (each distinct prompt forwarded once, around DDP's forward for the prompts' pass), the
-  synchronised gradient norm of the first step is the default run's.
+  synchronised gradient norm of the first step is the default run's;
+* with `share_prompt_prefill` and completions sampled by the model, every generation on each rank prefills each
+  distinct prompt once, and the completions are those of a run that prefills every row.
 
 (`accelerate launch --cpu --num_processes 2` silently runs a single process on a CPU-only machine; torchrun does not.)
 """
@@ -33,7 +35,7 @@ def world(tmp_path_factory):
                                 sources=("SUNRGBD",), indoor_size=(320, 240))
 
 
-def two_processes(tmp_path_factory, world, share_prompt_forward: bool) -> list[dict]:
+def two_processes(tmp_path_factory, world, mode) -> list[dict]:
     "What each rank of a two-process run recorded."
     out = tmp_path_factory.mktemp("ranks")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
@@ -41,7 +43,8 @@ def two_processes(tmp_path_factory, world, share_prompt_forward: bool) -> list[d
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
     env.setdefault("CONSISTENCY_AMP_CACHE", str(tmp_path_factory.mktemp("cache")))
     proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(REPO / "tests" / "two_process_train.py"),
-                           str(out), str(world), str(int(share_prompt_forward))], cwd=REPO, env=env, capture_output=True,
+                           str(out), str(world), str(int(mode)) if isinstance(mode, bool) else mode], cwd=REPO, env=env,
+                          capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
@@ -103,3 +106,13 @@ def test_shared_prompts_across_two_processes(run, tmp_path_factory, world):
     norms = [[h["grad_norm"] for h in r["log"]] for r in shared + ranks]
     assert norms[0] == norms[1] and norms[2] == norms[3]          # each run: the ranks hold one synchronised gradient
     assert abs(norms[0][0] / norms[2][0] - 1) < 1e-5, norms       # the first step: the same gradient as rows whole
+
+
+def test_prefill_once_across_two_processes(tmp_path_factory, world):
+    "share_prompt_prefill under DDP: each rank's generations prefill each distinct prompt once and sample what a run prefilling every row samples."
+    prefilled, sampled = (two_processes(tmp_path_factory, world, mode) for mode in ("prefill", "sampled"))
+    assert [r["prefilled"] for r in prefilled] == [[True, True], [True, True]]
+    assert all(not r["prefilled"] for r in sampled)   # the default: transformers' prefill of every row
+    completions = [[[step["completions"] for step in r["steps"]] for r in run] for run in (prefilled, sampled)]
+    assert completions[0] == completions[1] and len(completions[0][0]) == 2
+

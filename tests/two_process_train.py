@@ -1,6 +1,6 @@
 """Two-process OT-GRPO run, started by `tests/test_two_process.py` as
 
-    torchrun --nproc_per_node 2 tests/two_process_train.py OUT_DIR WORLD_ROOT [SHARE_PROMPT_FORWARD]
+    torchrun --nproc_per_node 2 tests/two_process_train.py OUT_DIR WORLD_ROOT [MODE]
 
 (`accelerate launch --cpu --num_processes 2` would silently run a single process on a CPU-only machine.)
 
@@ -8,8 +8,11 @@ Both ranks train the tiny model with `OTGRPOTrainer` for two steps on scripted c
 holds 3 groups of K, so of the 3 pairs of a global batch the middle one has its x group on rank 0 and its x' group on
 rank 1. Each rank writes what it saw to OUT_DIR/rank{r}.json: its rows, its completions, the gathered reward columns
 TRL got back from `_calculate_rewards`, and its slice of the advantages. The test recomputes everything in one process.
-With SHARE_PROMPT_FORWARD=1 the trainer forwards each distinct prompt once in the loss pass (the model and its adapter
-are seeded and LoRA dropout is 0, so that the logged gradient norms compare with the default run's).
+MODE 1 (`share_prompt_forward`): the trainer forwards each distinct prompt once in the loss pass (the model and its
+adapter are seeded and LoRA dropout is 0, so that the logged gradient norms compare with the default run's). MODE
+`sampled`: the completions are sampled by the model (transformers' generate), not scripted; MODE `prefill`: sampled
+with `share_prompt_prefill` (each distinct prompt prefilled once), and each rank records whether its generations took
+the shared prefill.
 """
 import json
 import sys
@@ -36,18 +39,24 @@ def examples_of(world_root) -> list:
     return [e for task in ("orientation", "depth") for e in build_examples(scenes, task)]
 
 
-def record_run(out_dir: str, world_root: str, share_prompt_forward: bool = False) -> None:
+def record_run(out_dir: str, world_root: str, mode: str = "0") -> None:
     "Train two steps on this rank and write what it saw to OUT_DIR/rank{r}.json."
     from consistency_amp.training.models import load_model
     from consistency_amp.training.trainer import OTGRPOConfig, OTGRPOTrainer
 
     import transformers, warnings
+    import consistency_amp.training.generation as generation
+    prefilled, own_shared_prefill = [], generation.shared_prefill
+    def counted(*a, **k):
+        out = own_shared_prefill(*a, **k); prefilled.append(out is not None); return out
+    generation.shared_prefill = counted
     transformers.set_seed(0)   # the same adapter in every run
     model, processor = load_model(lora_dropout=0.0)
     args = OTGRPOConfig(output_dir=tempfile.mkdtemp(), max_steps=2, num_generations=K, pairs_per_device=None,
                         per_device_train_batch_size=GROUPS_PER_RANK * K, max_completion_length=16,
                         learning_rate=1e-3, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-                        logging_steps=1, gradient_checkpointing=False, seed=0, share_prompt_forward=share_prompt_forward)
+                        logging_steps=1, gradient_checkpointing=False, seed=0, share_prompt_forward=mode == "1",
+                        share_prompt_prefill=mode == "prefill")
     trainer = OTGRPOTrainer(model, args, examples_of(world_root), processing_class=processor)
     rank, tokenizer = trainer.accelerator.process_index, processor.tokenizer
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -73,20 +82,25 @@ def record_run(out_dir: str, world_root: str, share_prompt_forward: bool = False
         record[-1]["advantages"] = output["advantages"].tolist()
         return output
 
-    trainer._generate_single_turn = generate
+    if mode not in ("sampled", "prefill"): trainer._generate_single_turn = generate
     trainer._calculate_rewards, trainer._generate_and_score_completions = recording_calculate, recording_score
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.train()
-    info = {"fell_back": [str(w.message) for w in caught if "could not be shared" in str(w.message)],"rank": rank, "world_size": trainer.accelerator.num_processes,
+    info = {"fell_back": [str(w.message) for w in caught if "could not be shared" in str(w.message)],
+            "prefilled": prefilled, "rank": rank, "world_size": trainer.accelerator.num_processes,
             "distributed_type": str(trainer.accelerator.distributed_type), "steps": record,
             "log": [h for h in trainer.state.log_history if "loss" in h]}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(info))
 
 
-def main(out_dir: str, world_root: str, share_prompt_forward: str = "0") -> None:
+MODES = ("0", "1", "sampled", "prefill")
+
+
+def main(out_dir: str, world_root: str, mode: str = "0") -> None:
     from consistency_amp.training.train_cli import end_process_group
-    record_run(out_dir, world_root, share_prompt_forward == "1")
+    if mode not in MODES: sys.exit(f"MODE must be one of {', '.join(MODES)}; got {mode!r}")
+    record_run(out_dir, world_root, mode)
     # as the training entry ends: the trainer (its DDP model's Reducer holds the group) is gone with record_run's
     # frame; free it, then leave the group, so that no communication thread runs at interpreter teardown (a CI run
     # aborted there, "terminate called without an active exception", when the group was destroyed under a live model)
@@ -95,5 +109,5 @@ def main(out_dir: str, world_root: str, share_prompt_forward: str = "0") -> None
 
 if __name__ == "__main__":
     if len(sys.argv) not in (3, 4):
-        sys.exit(f"usage: torchrun --nproc_per_node 2 {sys.argv[0]} OUT_DIR WORLD_ROOT [SHARE_PROMPT_FORWARD (0 or 1)]")
+        sys.exit(f"usage: torchrun --nproc_per_node 2 {sys.argv[0]} OUT_DIR WORLD_ROOT [MODE ({', '.join(MODES)})]")
     main(*sys.argv[1:])
