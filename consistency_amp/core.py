@@ -5,14 +5,16 @@
 # %% ../nbs/02_core.ipynb #f70968ca
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Hashable, Sequence
+from dataclasses import field
 from numbers import Integral
 
 # %% auto #0
 __all__ = ['REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS',
            'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice', 'check_choices', 'check_int',
-           'console_logging']
+           'help_field', 'console_logging']
 
 # %% ../nbs/02_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -37,6 +39,14 @@ def check_int(param: str, value, minimum: int, allow_none: bool = False):
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
         raise ValueError(f"{param} must be an integer >= {minimum}{' or None' if allow_none else ''}; got {value!r}")
     return value
+
+# %% ../nbs/02_core.ipynb #4fb2208c
+def help_field(default, help: str, **kwargs):
+    "A dataclass field with `help` metadata, as `HfArgumentParser` and TRL's configs read it; a mutable default copied per instance."
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help}, **kwargs)
+    return field(default=default, metadata={"help": help}, **kwargs)
+
 
 # %% ../nbs/02_core.ipynb #5c04d931
 REWARDS = ("consistency", "accuracy")          # Section 4: label-free, and the ground-truth baseline

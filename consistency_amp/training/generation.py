@@ -11,6 +11,7 @@ import inspect
 import sys
 import warnings
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from types import MethodType, ModuleType
 
 import torch
@@ -19,16 +20,17 @@ from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
-from ..core import check_int
+from ..core import check_int, help_field
 from .image_features import image_encoder, prompt_groups, row_images
 
 
 # %% auto #0
-__all__ = ['STATIC_CACHE_BLOCK', 'merged_lora_weights', 'replace_input_grads_hooks', 'input_grads_hooks',
+__all__ = ['STATIC_CACHE_BLOCK', 'GENERATE_ONLY', 'merged_lora_weights', 'replace_input_grads_hooks', 'input_grads_hooks',
            'without_input_grads_hooks', 'static_cache_length', 'rms_norm_forward', 'rms_norms', 'computes_rms_norm',
            'fuse_rms_norms', 'fused_norms', 'one_pass_rotary', 'rotates_alike', 'rotary_modules', 'rotary_in_one_pass',
-           'shared_prefill', 'prefill_once_per_prompt', 'out_of_place_merges', 'forbid_image_token',
-           'collapse_image_tokens', 'vllm_expands_images', 'adapt_vllm_generation']
+           'shared_prefill', 'prefill_once_per_prompt', 'GenerationSettings', 'check_generate_only',
+           'out_of_place_merges', 'forbid_image_token', 'collapse_image_tokens', 'vllm_expands_images',
+           'adapt_vllm_generation']
 
 # %% ../../nbs/26_generation.ipynb #a22a9be0
 @contextmanager
@@ -252,6 +254,52 @@ def prefill_once_per_prompt(model):
     finally:
         if instance_generate is None: del model.generate
         else: model.generate = instance_generate
+
+
+# %% ../../nbs/26_generation.ipynb #4566a093
+@dataclass
+class GenerationSettings:
+    "The settings around each generation that `OTGRPOConfig` inherits (each off by default; the GPU recipes set `merge_lora_for_generation`)."
+    merge_lora_for_generation: bool = help_field(False, "Sample from the weights with the LoRA merged in (W + (alpha/r) B A, "
+                                                  "rounded once to the base's dtype, in a copy: the base weights are left as "
+                                                  "they were), as TRL's vLLM path samples: one matmul per adapted projection "
+                                                  "at each decoded token instead of the LoRA layer's six kernels. Not exact: "
+                                                  "no LoRA dropout while sampling, and merged rounding (nbs/27_trainer). "
+                                                  "Holds a copy of the adapted weights while generating. transformers' "
+                                                  "generate only (vLLM already merges).")
+    compile_generation: bool = help_field(False, "Let transformers' generate compile its decoding step (torch.compile, "
+                                           "CUDA graphs) on a static KV cache: TRL turns that off (disable_compile=True). "
+                                           "Sets cache_implementation='static' unless given. transformers compiles on "
+                                           "GPUs only; on the CPU this samples through the static cache uncompiled "
+                                           "(the same completions, nbs/27_trainer). transformers' generate only.")
+    fused_rms_norm: bool = help_field(False, "Run each RMSNorm of the model as torch's one rms_norm operator (on CUDA one "
+                                       "fused kernel, forward and backward) instead of transformers' eight "
+                                       "(nbs/26_generation): a third fewer kernels per decoded token, and fewer in the "
+                                       "loss pass. The same formula: bitwise in float32 on the CPU, within a bfloat16 "
+                                       "rounding per element. Norms of another form are left as they are.")
+    rotary_in_one_pass: bool = help_field(False, "While transformers' generate samples, rotate each attention layer's "
+                                           "queries and keys in one pass, concatenated along the heads (6 operators per "
+                                           "layer instead of 10; nbs/26_generation), by swapping the modeling module's "
+                                           "apply_rotary_pos_emb for the generation. Bitwise the same. transformers' "
+                                           "generate only.")
+    share_prompt_prefill: bool = help_field(False, "While transformers' generate samples, prefill each distinct prompt "
+                                             "once and lay its keys and values out for its K rows (nbs/26_generation), "
+                                             "instead of prefilling every row. The same completions to float rounding; "
+                                             "with LoRA dropout, a prompt's K rows share its dropout mask. Not with a "
+                                             "static cache. transformers' generate only.")
+
+
+# %% ../../nbs/26_generation.ipynb #371f4ba6
+GENERATE_ONLY = {"merge_lora_for_generation": "already samples from merged weights",   # setting: what vLLM does instead
+                 "compile_generation": "runs its own CUDA graphs", "rotary_in_one_pass": "runs its own rotary kernel",
+                 "share_prompt_prefill": "caches shared prompt prefixes itself"}
+
+def check_generate_only(settings) -> None:
+    "A ValueError naming the first setting of `GENERATE_ONLY` that is on while `settings.use_vllm` is."
+    for name, instead in GENERATE_ONLY.items():
+        if getattr(settings, name) and settings.use_vllm:
+            raise ValueError(f"{name} applies to transformers' generate; with use_vllm=True the vLLM engine "
+                             f"{instead}: leave it False")
 
 
 # %% ../../nbs/26_generation.ipynb #08dd9f69

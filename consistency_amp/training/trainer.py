@@ -20,10 +20,11 @@ from datasets import Dataset as HFDataset
 from torch.utils.data import Dataset, Sampler
 from trl import GRPOConfig, GRPOTrainer
 
-from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int
+from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int, help_field
 from ..reward.pairing import consistency_reward_func
 from .image_features import install_image_cache, process_images_once, shared_prompt_logps
-from consistency_amp.training.generation import (adapt_vllm_generation, fuse_rms_norms, merged_lora_weights,
+from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_generation, check_generate_only,
+    fuse_rms_norms, merged_lora_weights,
     out_of_place_merges, prefill_once_per_prompt, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
     without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
@@ -35,90 +36,51 @@ from ..reward.verifiers import (
     accuracy, accuracy_reward_func, completion_text, format_reward_func, parse_answer)
 
 # %% auto #0
-__all__ = ['GENERATE_ONLY', 'SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler',
-           'label_flipped', 'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
+__all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'label_flipped',
+           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
            'consistency_reward_placeholder', 'paired_prompts', 'log_answer_metrics', 'OTGRPOTrainer']
 
-# %% ../../nbs/27_trainer.ipynb #3f58e82b
-def _param(default, help: str, **kwargs):
-    "A dataclass field with `help` metadata, as `HfArgumentParser` and TRL's configs use."
-    return field(default=default, metadata={"help": help}, **kwargs)
-
 # %% ../../nbs/27_trainer.ipynb #246f1434
-GENERATE_ONLY = {"merge_lora_for_generation": "already samples from merged weights",   # setting: what vLLM does instead
-                 "compile_generation": "runs its own CUDA graphs", "rotary_in_one_pass": "runs its own rotary kernel",
-                 "share_prompt_prefill": "caches shared prompt prefixes itself"}
-
 @dataclass
-class OTGRPOConfig(GRPOConfig):
+class OTGRPOConfig(GRPOConfig, GenerationSettings):
     "`GRPOConfig` for paired-prompt training with the consistency or the accuracy reward; paper defaults (Section 5.1)."
-    reward: str = _param("consistency", "Task reward: 'consistency' (label-free, paired, Section 4) or 'accuracy' "
-                         "(ground truth on the same paired, augmented prompts, the paper's baseline).")
-    pairing: str = _param("minimal", "Pairing of the K x K consistency matrix into per-completion rewards: 'minimal' "
-                          "(OT-GRPO, Section 4.3), 'random' or 'one_to_all' (Section 4.2).")
-    label_noise: float = _param(0.0, "Corruption ablation (Section 5.4): probability of flipping each training label "
-                                "before the accuracy reward, fixed per example; reward='accuracy' only.")
-    label_noise_seed: int = _param(0, "Seed of the label flips, hashed with each example's uid: every run with this "
-                                   "seed corrupts the same examples.")
-    pairs_per_device: int | None = _param(PAPER_SETTINGS["pairs_per_device"], "Prompt pairs (x, x') per device and step (paper: 4); sets "
-                                          "per_device_train_batch_size = 2 * pairs_per_device * num_generations. "
-                                          "None: give per_device_train_batch_size yourself.")
-    per_device_train_batch_size: int | None = _param(None, "Completions per device and step; derived from "
-                                                     "pairs_per_device unless that is None.")
-    max_steps: int = _param(PAPER_SETTINGS["steps"], "Optimizer steps (paper: T = 500).")
-    learning_rate: float = _param(PAPER_SETTINGS["learning_rate"], "AdamW learning rate (paper: 1e-6).")
-    num_generations: int | None = _param(PAPER_SETTINGS["num_generations"], "Group size K, completions per prompt (paper: 8).")
-    temperature: float = _param(PAPER_SETTINGS["temperature"], "Sampling temperature (paper: 1.0).")
-    beta: float = _param(PAPER_SETTINGS["beta"], "KL coefficient (paper: 0, no KL penalty).")
-    loss_type: str = _param("grpo", "TRL loss aggregation; 'grpo' is the paper's 1/K sum_i 1/T_i sum_t.")
-    reward_weights: list[float] | None = _param(None, "Weights of the (format, task) rewards; None: 1.0 and 1.0 "
-                                                "(paper, Section 4.4).")
-    cache_image_features: bool = _param(True, "Encode each distinct image once per generation batch and reuse its "
-                                        "features in every forward of the step (the K completions of a prompt share "
-                                        "its image; the vision tower is frozen), and process each distinct image of "
-                                        "a processor call once. Exact: the same pixels and log-probabilities "
-                                        "(nbs/25_image_features). False: every row's image processed and encoded.")
-    merge_lora_for_generation: bool = _param(False, "Sample from the weights with the LoRA merged in (W + (alpha/r) B A, "
-                                             "rounded once to the base's dtype, in a copy: the base weights are left as "
-                                             "they were), as TRL's vLLM path samples: one matmul per adapted projection "
-                                             "at each decoded token instead of the LoRA layer's six kernels. Not exact: "
-                                             "no LoRA dropout while sampling, and merged rounding (nbs/27_trainer). "
-                                             "Holds a copy of the adapted weights while generating. transformers' "
-                                             "generate only (vLLM already merges).")
-    compile_generation: bool = _param(False, "Let transformers' generate compile its decoding step (torch.compile, "
-                                      "CUDA graphs) on a static KV cache: TRL turns that off (disable_compile=True). "
-                                      "Sets cache_implementation='static' unless given. transformers compiles on "
-                                      "GPUs only; on the CPU this samples through the static cache uncompiled "
-                                      "(the same completions, nbs/27_trainer). transformers' generate only.")
-    share_prompt_forward: bool = _param(False, "Score the completions with each distinct prompt forwarded once, its "
-                                        "keys and values shared by its K completions (nbs/25_image_features), in "
-                                        "the loss forward and TRL's other log-probability passes: at the paper's "
-                                        "load nearly half the tokens of those passes are repeated prompts. The "
-                                        "same log-probabilities and gradients to within float rounding; with LoRA "
-                                        "dropout, the K completions of a prompt share its dropout mask.")
-    fused_rms_norm: bool = _param(False, "Run each RMSNorm of the model as torch's one rms_norm operator (on CUDA one "
-                                  "fused kernel, forward and backward) instead of transformers' eight "
-                                  "(nbs/26_generation): a third fewer kernels per decoded token, and fewer in the "
-                                  "loss pass. The same formula: bitwise in float32 on the CPU, within a bfloat16 "
-                                  "rounding per element. Norms of another form are left as they are.")
-    rotary_in_one_pass: bool = _param(False, "While transformers' generate samples, rotate each attention layer's "
-                                      "queries and keys in one pass, concatenated along the heads (6 operators per "
-                                      "layer instead of 10; nbs/26_generation), by swapping the modeling module's "
-                                      "apply_rotary_pos_emb for the generation. Bitwise the same. transformers' "
-                                      "generate only.")
-    share_prompt_prefill: bool = _param(False, "While transformers' generate samples, prefill each distinct prompt "
-                                        "once and lay its keys and values out for its K rows (nbs/26_generation), "
-                                        "instead of prefilling every row. The same completions to float rounding; "
-                                        "with LoRA dropout, a prompt's K rows share its dropout mask. Not with a "
-                                        "static cache. transformers' generate only.")
+    reward: str = help_field("consistency", "Task reward: 'consistency' (label-free, paired, Section 4) or 'accuracy' "
+                              "(ground truth on the same paired, augmented prompts, the paper's baseline).")
+    pairing: str = help_field("minimal", "Pairing of the K x K consistency matrix into per-completion rewards: 'minimal' "
+                               "(OT-GRPO, Section 4.3), 'random' or 'one_to_all' (Section 4.2).")
+    label_noise: float = help_field(0.0, "Corruption ablation (Section 5.4): probability of flipping each training label "
+                                     "before the accuracy reward, fixed per example; reward='accuracy' only.")
+    label_noise_seed: int = help_field(0, "Seed of the label flips, hashed with each example's uid: every run with this "
+                                        "seed corrupts the same examples.")
+    pairs_per_device: int | None = help_field(PAPER_SETTINGS["pairs_per_device"], "Prompt pairs (x, x') per device and step (paper: 4); sets "
+                                               "per_device_train_batch_size = 2 * pairs_per_device * num_generations. "
+                                               "None: give per_device_train_batch_size yourself.")
+    per_device_train_batch_size: int | None = help_field(None, "Completions per device and step; derived from "
+                                                          "pairs_per_device unless that is None.")
+    max_steps: int = help_field(PAPER_SETTINGS["steps"], "Optimizer steps (paper: T = 500).")
+    learning_rate: float = help_field(PAPER_SETTINGS["learning_rate"], "AdamW learning rate (paper: 1e-6).")
+    num_generations: int | None = help_field(PAPER_SETTINGS["num_generations"], "Group size K, completions per prompt (paper: 8).")
+    temperature: float = help_field(PAPER_SETTINGS["temperature"], "Sampling temperature (paper: 1.0).")
+    beta: float = help_field(PAPER_SETTINGS["beta"], "KL coefficient (paper: 0, no KL penalty).")
+    loss_type: str = help_field("grpo", "TRL loss aggregation; 'grpo' is the paper's 1/K sum_i 1/T_i sum_t.")
+    reward_weights: list[float] | None = help_field(None, "Weights of the (format, task) rewards; None: 1.0 and 1.0 "
+                                                     "(paper, Section 4.4).")
+    cache_image_features: bool = help_field(True, "Encode each distinct image once per generation batch and reuse its "
+                                             "features in every forward of the step (the K completions of a prompt share "
+                                             "its image; the vision tower is frozen), and process each distinct image of "
+                                             "a processor call once. Exact: the same pixels and log-probabilities "
+                                             "(nbs/25_image_features). False: every row's image processed and encoded.")
+    share_prompt_forward: bool = help_field(False, "Score the completions with each distinct prompt forwarded once, its "
+                                             "keys and values shared by its K completions (nbs/25_image_features), in "
+                                             "the loss forward and TRL's other log-probability passes: at the paper's "
+                                             "load nearly half the tokens of those passes are repeated prompts. The "
+                                             "same log-probabilities and gradients to within float rounding; with LoRA "
+                                             "dropout, the K completions of a prompt share its dropout mask.")
 
     def __post_init__(self):
         settle_paired_config(self)
         super().__post_init__()
-        for name, instead in GENERATE_ONLY.items():
-            if getattr(self, name) and self.use_vllm:
-                raise ValueError(f"{name} applies to transformers' generate; with use_vllm=True the vLLM engine "
-                                 f"{instead}: leave it False")
+        check_generate_only(self)
         if self.compile_generation and self.cache_implementation is None: self.cache_implementation = "static"
         if self.generation_batch_size % (2 * self.num_generations):
             raise ValueError(f"the generation batch ({self.generation_batch_size} completions) must hold whole prompt "
