@@ -180,17 +180,10 @@ def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool
     if `fused_norm_arm`, rotating queries and keys in one pass while sampling if `rotary_arm`, prefilling each
     distinct prompt once while sampling if `prefill_arm`, and with several settings switched at once if
     `combined_arm`."""
-    return (list(pairings) + ([p + NO_CACHE for p in pairings] if image_cache == "both" else [])
-            + ([p + NO_DROPOUT for p in pairings] if dropout_arm else [])
-            + ([p + MERGED for p in pairings] if merged_arm else [])
-            + ([p + COMPILED for p in pairings] if compiled_arm else [])
-            + ([p + UNCAST for p in pairings] if uncast_arm else [])
-            + ([p + SHARED for p in pairings] if shared_arm else [])
-            + ([p + EVERY_IMAGE for p in pairings] if processing_arm else [])
-            + ([p + FUSED_NORM for p in pairings] if fused_norm_arm else [])
-            + ([p + ONE_PASS_ROTARY for p in pairings] if rotary_arm else [])
-            + ([p + SHARED_PREFILL for p in pairings] if prefill_arm else [])
-            + ([p + COMBINED for p in pairings] if combined_arm else []))
+    chosen = ((image_cache == "both", NO_CACHE), (dropout_arm, NO_DROPOUT), (merged_arm, MERGED), (compiled_arm, COMPILED),
+              (uncast_arm, UNCAST), (shared_arm, SHARED), (processing_arm, EVERY_IMAGE), (fused_norm_arm, FUSED_NORM),
+              (rotary_arm, ONE_PASS_ROTARY), (prefill_arm, SHARED_PREFILL), (combined_arm, COMBINED))
+    return list(pairings) + [p + suffix for on, suffix in chosen if on for p in pairings]
 
 
 def arm_settings(arm: str) -> tuple[str, bool, bool]:
@@ -198,55 +191,28 @@ def arm_settings(arm: str) -> tuple[str, bool, bool]:
     return arm.split(":")[0], not arm.endswith(NO_CACHE), not arm.endswith(NO_DROPOUT)
 
 
-def arm_merged(arm: str) -> bool:
-    "Does the arm sample from the merged LoRA weights?"
-    return arm.endswith(MERGED)
+def arm_with(suffix: str, question: str):
+    "The predicate `arm -> bool` of the arms whose name ends with `suffix`; `question` is its docstring."
+    def predicate(arm: str) -> bool: return arm.endswith(suffix)
+    predicate.__doc__ = question
+    return predicate
 
 
-def arm_compiled(arm: str) -> bool:
-    "Does the arm decode with transformers' compiled step on a static cache?"
-    return arm.endswith(COMPILED)
+arm_merged = arm_with(MERGED, "Does the arm sample from the merged LoRA weights?")
+arm_compiled = arm_with(COMPILED, "Does the arm decode with transformers' compiled step on a static cache?")
+arm_shared = arm_with(SHARED, "Does the arm forward each distinct prompt once in the log-probability passes (share_prompt_forward)?")
+arm_every_image = arm_with(EVERY_IMAGE, "Does the arm's processor process every row's image (`process_images_once` switched off)?")
+arm_fused_norm = arm_with(FUSED_NORM, "Do the arm's RMSNorms run as torch's one rms_norm operator (fused_rms_norm)?")
+arm_one_pass_rotary = arm_with(ONE_PASS_ROTARY, "Does the arm rotate queries and keys in one pass while sampling (rotary_in_one_pass)?")
+arm_shared_prefill = arm_with(SHARED_PREFILL, "Does the arm prefill each distinct prompt once while sampling (share_prompt_prefill)?")
+arm_combined = arm_with(COMBINED, "Does the arm switch the --combined-arm settings?")
+arm_uncast = arm_with(UNCAST, "Do the arm's LoRA layers skip peft's input cast where autocast is on?")
 
 
 def compiled_generation(trainer) -> bool:
     "Did the trainer's step decode with transformers' compiled step? (With vLLM TRL makes no `generation_config`: no.)"
     generation = getattr(trainer, "generation_config", None)
     return generation is not None and not generation.disable_compile
-
-
-def arm_shared(arm: str) -> bool:
-    "Does the arm forward each distinct prompt once in the log-probability passes (share_prompt_forward)?"
-    return arm.endswith(SHARED)
-
-
-def arm_every_image(arm: str) -> bool:
-    "Does the arm's processor process every row's image (`process_images_once` switched off)?"
-    return arm.endswith(EVERY_IMAGE)
-
-
-def arm_fused_norm(arm: str) -> bool:
-    "Do the arm's RMSNorms run as torch's one rms_norm operator (fused_rms_norm)?"
-    return arm.endswith(FUSED_NORM)
-
-
-def arm_one_pass_rotary(arm: str) -> bool:
-    "Does the arm rotate queries and keys in one pass while sampling (rotary_in_one_pass)?"
-    return arm.endswith(ONE_PASS_ROTARY)
-
-
-def arm_shared_prefill(arm: str) -> bool:
-    "Does the arm prefill each distinct prompt once while sampling (share_prompt_prefill)?"
-    return arm.endswith(SHARED_PREFILL)
-
-
-def arm_combined(arm: str) -> bool:
-    "Does the arm switch the --combined-arm settings?"
-    return arm.endswith(COMBINED)
-
-
-def arm_uncast(arm: str) -> bool:
-    "Do the arm's LoRA layers skip peft's input cast where autocast is on?"
-    return arm.endswith(UNCAST)
 
 
 def _cast_unless_autocast(layer, x, dtype):

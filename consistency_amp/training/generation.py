@@ -238,7 +238,7 @@ def shared_prefill(model, input_ids, attention_mask, pixel_values=None, image_gr
 # %% ../../nbs/26_generation.ipynb #3f6ec68d
 @contextmanager
 def prefill_once_per_prompt(model):
-    "Within the block, `model.generate` prefills each distinct prompt of its batch once (`shared_prefill`) and goes on from that cache; transformers' own generate wherever that does not apply or the cache is static."
+    "Within the block, `model.generate` prefills each distinct prompt of its batch once (`shared_prefill`) and goes on from that cache; transformers' own generate where the cache is static or given, and, with a warning, where the batch does not allow it."
     own, instance_generate = model.generate, model.__dict__.get("generate")   # a wrapper already set stays under ours
     def generate(*args, generation_config=None, **kwargs):
         config = generation_config if generation_config is not None else model.generation_config
@@ -247,6 +247,10 @@ def prefill_once_per_prompt(model):
         if (not args and config.cache_implementation is None and kwargs.get("cache_implementation") is None
                 and not {"cache", "past_key_values"} & kwargs.keys()):
             prefilled = shared_prefill(model, **inputs)
+            if prefilled is None:
+                warnings.warn("prefill_once_per_prompt: this batch's prompts could not be prefilled once (a model "
+                              "without a Qwen2-VL-style image encoder or mm_token_type_ids, other media fields, a "
+                              "prompt ending in padding, or no prompt repeated): transformers' prefill of every row")
         if prefilled is not None: kwargs = {k: v for k, v in kwargs.items() if k not in inputs} | prefilled
         return own(*args, generation_config=generation_config, **kwargs)
     model.generate = generate
