@@ -3,7 +3,8 @@
 # while sampling, so torch 2.11 compiles the decoding step without a graph break, as checked on the CPU in session 24;
 # a static cache in 128-token blocks, so no recompilation when a prompt grows by a token):
 #   1. the tiny model's exactness with CUDA graphs (does step 1 still differ from eager, now that the sampler is
-#      reseeded before each generation?), and the number of graphs and graph breaks on the GPU;
+#      reseeded before each generation? and if so, only in the call that compiles, which the check runs once more
+#      before step 1's recorded one?), and the number of graphs and graph breaks on the GPU;
 #   2. the 7B step at 512 tokens, merged sampling, eager against compiled decoding (ABBA, after 2 warm-up steps: the
 #      compile happens in the second).
 # Everything lands in $OUT. Run from the repository root with the carried wheels (bash tools/pack_wheels_for_device.sh):
@@ -25,7 +26,7 @@ log=$OUT/compiled_generation_check_merge_gc.txt
 timeout "$CHECK_TIMEOUT" $PYTHON benchmarks/compiled_generation_check.py --gradient-checkpointing --merge --steps "$CHECK_STEPS" \
   > "$log" 2>&1
 echo "tiny check rc $? (0: the same completions as eager at every step)"
-grep -E "^torch |^compiled graphs|graph break x|^generate seconds|^the same completions|Error" "$log" | tail -8
+grep -E "^torch |^compiled graphs|graph break x|^generate seconds|^the same completions|^first position|^step 1.s compiling|Error" "$log" | tail -10
 log=$OUT/step_time_${ARCH}_${LENGTH}_merged_compiled_arm.log
 timeout "$STEP_TIMEOUT" $PYTHON benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings minimal \
   --trainer-args '{"merge_lora_for_generation": true}' --compiled-generation-arm --steps "$STEPS" --warmup 2 \
