@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice
+from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice, help_field
 from .held_out import BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
 from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model, evaluate_run,
                                                         model_run_name)
@@ -23,9 +23,6 @@ from ..training.runs import runs_dir as resolve_runs_dir
 __all__ = ['EvalArguments', 'check_eval_arguments', 'evaluate_from', 'describe', 'argument_parser', 'main', 'cli']
 
 # %% ../../nbs/52_evaluate.ipynb #5bd4b6e7
-def _arg(help: str, default=None):
-    return field(default=default, metadata={"help": help})
-
 def _optional(value):
     "None for None or an empty string (papermill passes strings), else `value`."
     return None if value is None or (isinstance(value, str) and not value.strip()) else value
@@ -34,24 +31,24 @@ def _optional(value):
 @dataclass
 class EvalArguments:
     "What to evaluate and how; checked when built, before anything is loaded."
-    run: str | None = _arg("A run to evaluate: its name under runs_dir, or its folder (a finished training run, with its "
+    run: str | None = help_field(None, "A run to evaluate: its name under runs_dir, or its folder (a finished training run, with its "
                            "adapter, or an evaluation-only run). Empty: evaluate `model`.")
-    model: str = _arg("Without run: a model by name (Hub id, local folder, or an offline tiny model).", DEFAULT_MODEL)
-    adapter: str | None = _arg("Without run: a LoRA adapter folder to put on `model`.")
-    run_name: str | None = _arg("Without run: the evaluation-only run to write into (empty: base-<size> or external-<name>).")
-    tasks: str = _arg("all, boolean, numeric, one task, or tasks joined by commas.", "all")
-    sources: str = _arg("Test sources joined by commas: SUNRGBD and/or KITTI.", ",".join(EVAL_SOURCES))
-    data_root: str | None = _arg("Omni3D data root; empty: the run's own (for a model: the built-in synthetic world).")
-    max_examples: int | None = _arg("The first examples of each (task, source) test split; empty: all of them.")
-    batch_size: int = _arg("Prompts per generate call.", DEFAULT_BATCH_SIZE)
-    consistency_samples: int = _arg("Sampled transformations per example for self-consistency (0: skip it).", 1)
-    max_new_tokens: int | None = _arg(f"New tokens per answer; empty: {DEFAULT_MAX_NEW_TOKENS}, or 16 for the tiny model.")
-    eval_name: str | None = _arg("The results file runs/<run>/eval/<eval_name>.json; empty: test, or test-first<max_examples>.")
-    overwrite: bool = _arg("Replace an existing results file (never replaced otherwise).", False)
-    seed: int = _arg("Seed of the sampled transformations.", 0)
-    examples: bool = _arg("Also store every example's completion and answer in the results file.", False)
-    runs_dir: str | None = _arg("The runs folder; empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")
-    backend: str = _arg("Who decodes: transformers (generate, any machine) or vllm (GPU; pip install \"consistency_amp[vllm]\").", "transformers")
+    model: str = help_field(DEFAULT_MODEL, "Without run: a model by name (Hub id, local folder, or an offline tiny model).")
+    adapter: str | None = help_field(None, "Without run: a LoRA adapter folder to put on `model`.")
+    run_name: str | None = help_field(None, "Without run: the evaluation-only run to write into (empty: base-<size> or external-<name>).")
+    tasks: str = help_field("all", "all, boolean, numeric, one task, or tasks joined by commas.")
+    sources: str = help_field(",".join(EVAL_SOURCES), "Test sources joined by commas: SUNRGBD and/or KITTI.")
+    data_root: str | None = help_field(None, "Omni3D data root; empty: the run's own (for a model: the built-in synthetic world).")
+    max_examples: int | None = help_field(None, "The first examples of each (task, source) test split; empty: all of them.")
+    batch_size: int = help_field(DEFAULT_BATCH_SIZE, "Prompts per generate call.")
+    consistency_samples: int = help_field(1, "Sampled transformations per example for self-consistency (0: skip it).")
+    max_new_tokens: int | None = help_field(None, f"New tokens per answer; empty: {DEFAULT_MAX_NEW_TOKENS}, or 16 for the tiny model.")
+    eval_name: str | None = help_field(None, "The results file runs/<run>/eval/<eval_name>.json; empty: test, or test-first<max_examples>.")
+    overwrite: bool = help_field(False, "Replace an existing results file (never replaced otherwise).")
+    seed: int = help_field(0, "Seed of the sampled transformations.")
+    examples: bool = help_field(False, "Also store every example's completion and answer in the results file.")
+    runs_dir: str | None = help_field(None, "The runs folder; empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")
+    backend: str = help_field("transformers", "Who decodes: transformers (generate, any machine) or vllm (GPU; pip install \"consistency_amp[vllm]\").")
 
     def __post_init__(self): check_eval_arguments(self)
 

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
 from ..core import NOISE_LEVELS   # Section 5.4: the flipped-label fractions
+from ..core import help_field
 from ..grid.manifest import SOURCE      # SUN RGB-D
 from ..evaluation.sampling import SAMPLED_EVAL_NAME
 from .table import CONDITIONS, check_outcomes
 from ..reward.ssl import SSL_TASKS
 from ..world.synthetic import SyntheticConfig
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS
-
 
 # %% auto #0
 __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_TASK_CONDITIONS', 'FIGURE_CONDITIONS',
@@ -28,9 +28,6 @@ __all__ = ['DEFAULT_CONDITIONS', 'SCIENCE_CONDITIONS', 'PER_TASK_REWARDS', 'PER_
            'CONDITION_OVERRIDES', 'EVALUATED_ONLY', 'EVAL_NAME', 'HELD_OUT_EVAL_NAME', 'NUMERIC_EVAL_NAME',
            'SAMPLED_CONDITIONS', 'ExperimentConfig', 'world_config', 'run_name_of', 'experiment_dir', 'eval_file',
            'eval_examples', 'eval_names', 'seeds_of', 'jobs', 'missing_jobs', 'outcomes']
-
-# %% ../../nbs/64_experiment_design.ipynb #adcb36d4
-def _f(default, help: str): return field(default=default, metadata={"help": help})
 
 # %% ../../nbs/64_experiment_design.ipynb #2e7b5764
 # The default: the base, the accuracy reward, and the label-free consistency reward with its blind control, in the
@@ -88,21 +85,21 @@ VALID_CONDITIONS = FULL_CONDITIONS + tuple(NUMERIC_CONDITIONS)
 @dataclass(frozen=True)
 class ExperimentConfig:
     "The miniature experiment: model, worlds, seeds, conditions and the GRPO settings every condition shares."
-    model: str = _f("spatial-base-large", "base model: a shipped spatial base, a Hub id or a folder")
-    world_seed: int = _f(0, "seed of the synthetic world trained and tested on (the pretraining world is seed 7919)")
-    val_world_seed: int = _f(1, "seed of the val world the settings were chosen on (never reported)")
-    images: int = _f(2400, "images of the synthetic SUN RGB-D world; task_splits holds 20% of them out per task")
-    seeds: tuple = _f((0, 1, 2), "training seeds of every trained condition")
-    conditions: tuple = _f(DEFAULT_CONDITIONS, f"conditions to run; valid: {', '.join(VALID_CONDITIONS)}")
-    steps: int = _f(80, "GRPO steps of each run (chosen on the val world: research/README.md)")
-    num_generations: int = _f(8, "K, completions per prompt")
-    pairs_per_device: int = _f(2, "prompt pairs (x, x') per step")
-    learning_rate: float = _f(2e-4, "AdamW learning rate of the LoRA adapter (1e-3 collapses, 3e-4 is unstable at 60 steps)")
-    temperature: float = _f(1.0, "sampling temperature")
-    beta: float = _f(0.0, "KL coefficient")
-    max_completion_length: int = _f(24, "new tokens per completion (the base's answers take 23)")
-    eval_per_task: int = _f(300, "held-out test examples per task (the first N of task_splits' test split)")
-    eval_batch_size: int = _f(128, "prompts per generate call when evaluating")
+    model: str = help_field("spatial-base-large", "base model: a shipped spatial base, a Hub id or a folder")
+    world_seed: int = help_field(0, "seed of the synthetic world trained and tested on (the pretraining world is seed 7919)")
+    val_world_seed: int = help_field(1, "seed of the val world the settings were chosen on (never reported)")
+    images: int = help_field(2400, "images of the synthetic SUN RGB-D world; task_splits holds 20% of them out per task")
+    seeds: tuple = help_field((0, 1, 2), "training seeds of every trained condition")
+    conditions: tuple = help_field(DEFAULT_CONDITIONS, f"conditions to run; valid: {', '.join(VALID_CONDITIONS)}")
+    steps: int = help_field(80, "GRPO steps of each run (chosen on the val world: research/README.md)")
+    num_generations: int = help_field(8, "K, completions per prompt")
+    pairs_per_device: int = help_field(2, "prompt pairs (x, x') per step")
+    learning_rate: float = help_field(2e-4, "AdamW learning rate of the LoRA adapter (1e-3 collapses, 3e-4 is unstable at 60 steps)")
+    temperature: float = help_field(1.0, "sampling temperature")
+    beta: float = help_field(0.0, "KL coefficient")
+    max_completion_length: int = help_field(24, "new tokens per completion (the base's answers take 23)")
+    eval_per_task: int = help_field(300, "held-out test examples per task (the first N of task_splits' test split)")
+    eval_batch_size: int = help_field(128, "prompts per generate call when evaluating")
 
     def __post_init__(self):
         for f in fields(self):

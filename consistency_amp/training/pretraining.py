@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..core import check_choice
+from ..core import check_choice, help_field
 from .think_targets import OBJECT_DIGITS, THINKS, cue_edges, fact_text, target_completion
 from .tiny_models import (QWEN2_5_VL_SPECIAL_TOKENS, Qwen2_5_VLImageOnlyProcessor, train_tiny_tokenizer)
 from ..world.prompts import draw_markers, load_rgb, prompt_messages, prompt_text
@@ -25,12 +25,6 @@ __all__ = ['FACTS', 'LATER_RECIPE_FIELDS', 'MARKER_CHANNELS', 'PERCEPTION_CHANNE
            'EDGES_FILE', 'LOG_FILE', 'recipe_tasks', 'BaseRecipe', 'vision_window', 'base_config', 'base_processor',
            'pretraining_world', 'pretraining_examples', 'reword', 'perception_targets', 'perception_loss',
            'image_variants', 'fact_question', 'pretraining_batch', 'logic_batch', 'calibration_stage', 'pretrain']
-
-# %% ../../nbs/39_pretraining.ipynb #e03874f6
-def _f(default, help: str):
-    "A dataclass field with a `help` text (TRL's convention)."
-    return field(default_factory=lambda: default, metadata={"help": help}) if isinstance(default, (list, dict, tuple)) \
-        else field(default=default, metadata={"help": help})
 
 # %% ../../nbs/39_pretraining.ipynb #8a637029
 FACTS = ("seen", "random")   # whether the targets follow the image, or a coin (the no-ability control)
@@ -49,40 +43,40 @@ def recipe_tasks(tasks) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class BaseRecipe:
     "How to pretrain one tiny spatial base: world, model size, image resolution, optimisation and the think format."
-    world_seed: int = _f(7919, "seed of the pretraining world (disjoint from the RL and evaluation worlds, seed 0)")
-    images_per_source: int = _f(300, "pretraining images per source (SUN RGB-D and KITTI)")
-    max_per_image: int = _f(3, "questions per image and task")
-    hidden: int = _f(128, "language model width")
-    layers: int = _f(4, "language model layers")
-    heads: int = _f(4, "attention heads (head dim 32)")
-    vision_depth: int = _f(4, "vision tower blocks (all with full attention); fewer read less (2: depth only)")
-    vision_hidden: int = _f(64, "vision tower width")
-    max_pixels: int = _f(28 * 28 * 12, "image processor's pixel budget: 640x480 -> 112x84, 12 image tokens")
-    steps: int = _f(200, "steps of the full stage (the whole model, the real prompt with image)")
-    batch: int = _f(64, "examples per step")
-    lr: float = _f(1e-3, "AdamW peak learning rate (linear warm-up, cosine decay)")
-    warmup: int = _f(20, "warm-up steps")
-    think: str = _f("match", "'match': who is closer / left / bigger, the question's subject and relation, whom it claims "
+    world_seed: int = help_field(7919, "seed of the pretraining world (disjoint from the RL and evaluation worlds, seed 0)")
+    images_per_source: int = help_field(300, "pretraining images per source (SUN RGB-D and KITTI)")
+    max_per_image: int = help_field(3, "questions per image and task")
+    hidden: int = help_field(128, "language model width")
+    layers: int = help_field(4, "language model layers")
+    heads: int = help_field(4, "attention heads (head dim 32)")
+    vision_depth: int = help_field(4, "vision tower blocks (all with full attention); fewer read less (2: depth only)")
+    vision_hidden: int = help_field(64, "vision tower width")
+    max_pixels: int = help_field(28 * 28 * 12, "image processor's pixel budget: 640x480 -> 112x84, 12 image tokens")
+    steps: int = help_field(200, "steps of the full stage (the whole model, the real prompt with image)")
+    batch: int = help_field(64, "examples per step")
+    lr: float = help_field(1e-3, "AdamW peak learning rate (linear warm-up, cosine decay)")
+    warmup: int = help_field(20, "warm-up steps")
+    think: str = help_field("match", "'match': who is closer / left / bigger, the question's subject and relation, whom it claims "
                     "is, and whether that is the one seen (' closer 2; 1 further; closer 2True'); 'claim': 'closer 2; closer 1'; "
                     "'facts': the fact alone ('object 2 closer'); 'cues': digits of each object's visible cue; 'none'")
-    perception_weight: float = _f(1.0, "weight of the dense perception loss on the vision tokens (0: none); its head is discarded")
-    perception_steps: int = _f(2000, "steps of the vision-only perception stage before the language model trains (0: none)")
-    perception_lr: float = _f(2e-3, "AdamW peak learning rate of the perception stage")
-    logic_steps: int = _f(600, "steps of the text-only logic stage (the question without image or system prompt) before the full one")
-    seed: int = _f(0, "initialisation and sampling seed")
-    facts: str = _f("seen", "'seen': targets state what the image shows; 'random': a seeded coin picks which object wins, "
+    perception_weight: float = help_field(1.0, "weight of the dense perception loss on the vision tokens (0: none); its head is discarded")
+    perception_steps: int = help_field(2000, "steps of the vision-only perception stage before the language model trains (0: none)")
+    perception_lr: float = help_field(2e-3, "AdamW peak learning rate of the perception stage")
+    logic_steps: int = help_field(600, "steps of the text-only logic stage (the question without image or system prompt) before the full one")
+    seed: int = help_field(0, "initialisation and sampling seed")
+    facts: str = help_field("seen", "'seen': targets state what the image shows; 'random': a seeded coin picks which object wins, "
                     "so the model learns the format and the wording's logic but not to see (the no-ability control)")
-    tasks: tuple = _f(BOOLEAN_TASKS, "tasks whose questions pretrain the base: the four boolean ones (the shipped bases), "
+    tasks: tuple = help_field(BOOLEAN_TASKS, "tasks whose questions pretrain the base: the four boolean ones (the shipped bases), "
                       "and 'counting' and 'absolute_distance', whose think states the number (' count 3', ' meters 1.4')")
-    object_digits: str = _f("shared", "how the think's claims name the listed objects: 'shared', by their numbers (every "
+    object_digits: str = help_field("shared", "how the think's claims name the listed objects: 'shared', by their numbers (every "
                             "task's claim is the same digit tokens, which RL on one task rewires for all: issue 26); "
                             "'per_task', by digits of each task's own (orientation 1 / 2, depth 3 / 4, size 5 / 6, "
                             "relative distance 7 / 8); needs a longer logic stage (1500 steps) to learn the mapping")
-    calibration_steps: int = _f(0, "steps of a last stage that trains the language model alone (vision tower frozen) on "
+    calibration_steps: int = help_field(0, "steps of a last stage that trains the language model alone (vision tower frozen) on "
                                 "targets of which a share `fact_noise` state the other object: a base sure of what it "
                                 "sees then samples both claims, so RL's groups keep reward variance (issue 26)")
-    calibration_lr: float = _f(3e-4, "AdamW peak learning rate of the calibration stage")
-    fact_noise: float = _f(0.0, "share of the calibration stage's boolean targets written for the question with its "
+    calibration_lr: float = help_field(3e-4, "AdamW peak learning rate of the calibration stage")
+    fact_noise: float = help_field(0.0, "share of the calibration stage's boolean targets written for the question with its "
                            "compared objects swapped (the other object wins; below 0.5)")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build

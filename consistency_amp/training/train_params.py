@@ -8,17 +8,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
-                                  TINY_MODEL, check_choice, check_int)
+                                  TINY_MODEL, check_choice, check_int, help_field)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
 from .runs import check_run_name, PARAM_KEYS, resolve_path
 from .runs import run_name as default_run_name
 from ..reward.ssl import SSL_TASKS
 from ..world.tasks import BOOLEAN_TASKS, TASKS
-
 
 # %% auto #0
 __all__ = ['TRAIN_TASKS', 'TRAIN_REWARDS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'SET_BY_PARAMS',
@@ -109,10 +108,6 @@ SET_BY_PARAMS = {"max_steps": "steps", "output_dir": "runs_dir / run_name", "run
 _KINDS = {"bool": "bool", "bool | None": "optional bool", "int": "int", "int | None": "optional int", "float": "float",
           "str | None": "optional", "dict | None": "json", "str": None}
 
-def _arg(help: str, default=None):
-    "A TrainParams field with its `--help` text (TRL's convention: the help lives on the field)."
-    return field(default=default, metadata={"help": help})
-
 # %% ../../nbs/36_train_params.ipynb #fd147bc8
 def check_run_choices(self: TrainParams) -> None:
     "The choices (task, source, reward, pairing), and a pretext task only on the joint task."
@@ -161,7 +156,6 @@ def check_run_options(self: TrainParams) -> None:
     load_kwargs(self.model_args)                     # a ModelConfig field the loader does not take: refused now
     if self.run_name is not None: check_run_name(self.run_name)
 
-
 # %% ../../nbs/36_train_params.ipynb #eeafd2af
 def check_data_root(data_root, source: str) -> Path:
     "An Omni3D root holding `source`'s annotation files, resolved from the repository root; refused with the places looked in."
@@ -176,7 +170,6 @@ def check_data_root(data_root, source: str) -> Path:
     raise ValueError(f"data_root {root} holds no {source}_{{{','.join(OMNI3D_SPLITS)}}}.json (looked in "
                      f"{root}, {root / 'Omni3D'} and {root / 'datasets' / 'Omni3D'})")
 
-
 # %% ../../nbs/36_train_params.ipynb #2f9e4d12
 def run_record(self: TrainParams) -> dict:
     "The run's params.json: the contract keys (kind, name, model_size, scale, ...) and every parameter."
@@ -187,40 +180,39 @@ def run_record(self: TrainParams) -> dict:
     if record["name"] is None: record["name"] = default_run_name(record)
     return {k: record[k] for k in PARAM_KEYS} | {k: v for k, v in record.items() if k not in PARAM_KEYS}
 
-
 # %% ../../nbs/36_train_params.ipynb #e1a19da0
 @dataclass
 class TrainParams:
     "Parameters of one training run (CPU defaults); checked when built, before anything heavy is imported."
-    task: str = _arg('A task of Section 3 (orientation, depth, size, relative_distance, counting, absolute_distance), or "joint": the four boolean tasks together.', "depth")
-    source: str = _arg('Training source (the paper trains on SUN RGB-D)', "SUNRGBD")
-    reward: str = _arg('"consistency" (label-free, paired) or "accuracy" (ground truth); or a self-supervised baseline\'s pretext task (Figure 5: ' + ", ".join(SSL_TASKS) + '), with task "joint"', "consistency")
-    pairing: str = _arg('"minimal" (OT-GRPO), "random" or "one_to_all".', "minimal")
-    model: str = _arg('Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)', DEFAULT_MODEL)
-    data_root: str | None = _arg('Omni3D root; None = the built-in synthetic world.', None)
-    steps: int = _arg('Optimizer steps (paper: 500)', 5)
-    num_generations: int = _arg('K, completions per prompt (paper: 8).', 4)
-    pairs_per_device: int = _arg("Prompt pairs (x, x') per device and step (paper: 4)", 1)
-    learning_rate: float = _arg('AdamW learning rate (paper: 1e-6).', 1e-6)
-    temperature: float = _arg('Sampling temperature (paper: 1.0)', 1.0)
-    beta: float = _arg('KL coefficient (paper: 0)', 0.0)
-    seed: int = _arg('Seed of the LoRA initialisation, the sampling and the data order.', 0)
-    label_noise: float = _arg('Accuracy reward only: fraction of flipped training labels (Section 5.4)', 0.0)
-    max_completion_length: int = _arg('New tokens per completion.', 32)
-    scale: str | None = _arg('"paper" / "mini" tag for the registry; None: inferred.', None)
-    run_name: str | None = _arg("The run folder's name; None: made from the parameters (runs.run_name).", None)
-    runs_dir: str | None = _arg('The runs folder; None: $CONSISTENCY_AMP_RUNS or <repo>/runs.', None)
-    resume: bool = _arg('Continue runs/<name> from its last checkpoint.', False)
-    overwrite: bool = _arg('Delete an existing runs/<name> and start again.', False)
-    save_steps: int = _arg('Checkpoint every N steps and at the end; 0: none (stop_after still saves)', 50)
-    keep_checkpoints: int | None = _arg('Newest checkpoints kept; None: all.', 2)
-    stop_after: int | None = _arg('Stop (with a checkpoint) after this many steps; resume later.', None)
-    report_to: str = _arg('"none", or transformers integrations joined by commas, e.g. "tensorboard,wandb".', "none")
-    gradient_checkpointing: bool | None = _arg('Recompute activations in the backward pass; None: on a GPU yes, on the CPU no.', None)
-    blind: bool = _arg('The blind control: every training image replaced by one grey image.', False)
-    marker_swap: bool = _arg("Beyond the paper: every x' also swaps the markers (closes the text-only shortcut; nbs/17_transforms.ipynb)", False)
-    trainer_args: dict | None = _arg('Further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}.', None)
-    model_args: dict | None = _arg(f'trl.ModelConfig fields for the loader, e.g. {{"lora_r": 16, "dtype": "bfloat16"}}; valid: {", ".join(MODEL_ARGS)}', None)
+    task: str = help_field("depth", 'A task of Section 3 (orientation, depth, size, relative_distance, counting, absolute_distance), or "joint": the four boolean tasks together.')
+    source: str = help_field("SUNRGBD", 'Training source (the paper trains on SUN RGB-D)')
+    reward: str = help_field("consistency", '"consistency" (label-free, paired) or "accuracy" (ground truth); or a self-supervised baseline\'s pretext task (Figure 5: ' + ", ".join(SSL_TASKS) + '), with task "joint"')
+    pairing: str = help_field("minimal", '"minimal" (OT-GRPO), "random" or "one_to_all".')
+    model: str = help_field(DEFAULT_MODEL, 'Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)')
+    data_root: str | None = help_field(None, 'Omni3D root; None = the built-in synthetic world.')
+    steps: int = help_field(5, 'Optimizer steps (paper: 500)')
+    num_generations: int = help_field(4, 'K, completions per prompt (paper: 8).')
+    pairs_per_device: int = help_field(1, "Prompt pairs (x, x') per device and step (paper: 4)")
+    learning_rate: float = help_field(1e-6, 'AdamW learning rate (paper: 1e-6).')
+    temperature: float = help_field(1.0, 'Sampling temperature (paper: 1.0)')
+    beta: float = help_field(0.0, 'KL coefficient (paper: 0)')
+    seed: int = help_field(0, 'Seed of the LoRA initialisation, the sampling and the data order.')
+    label_noise: float = help_field(0.0, 'Accuracy reward only: fraction of flipped training labels (Section 5.4)')
+    max_completion_length: int = help_field(32, 'New tokens per completion.')
+    scale: str | None = help_field(None, '"paper" / "mini" tag for the registry; None: inferred.')
+    run_name: str | None = help_field(None, "The run folder's name; None: made from the parameters (runs.run_name).")
+    runs_dir: str | None = help_field(None, 'The runs folder; None: $CONSISTENCY_AMP_RUNS or <repo>/runs.')
+    resume: bool = help_field(False, 'Continue runs/<name> from its last checkpoint.')
+    overwrite: bool = help_field(False, 'Delete an existing runs/<name> and start again.')
+    save_steps: int = help_field(50, 'Checkpoint every N steps and at the end; 0: none (stop_after still saves)')
+    keep_checkpoints: int | None = help_field(2, 'Newest checkpoints kept; None: all.')
+    stop_after: int | None = help_field(None, 'Stop (with a checkpoint) after this many steps; resume later.')
+    report_to: str = help_field("none", '"none", or transformers integrations joined by commas, e.g. "tensorboard,wandb".')
+    gradient_checkpointing: bool | None = help_field(None, 'Recompute activations in the backward pass; None: on a GPU yes, on the CPU no.')
+    blind: bool = help_field(False, 'The blind control: every training image replaced by one grey image.')
+    marker_swap: bool = help_field(False, "Beyond the paper: every x' also swaps the markers (closes the text-only shortcut; nbs/17_transforms.ipynb)")
+    trainer_args: dict | None = help_field(None, 'Further OTGRPOConfig fields, e.g. {"gradient_accumulation_steps": 2}.')
+    model_args: dict | None = help_field(None, f'trl.ModelConfig fields for the loader, e.g. {{"lora_r": 16, "dtype": "bfloat16"}}; valid: {", ".join(MODEL_ARGS)}')
 
     def __post_init__(self):
         for f in fields(self):
@@ -255,4 +247,3 @@ def as_params(params: TrainParams | dict | None = None, **overrides) -> TrainPar
     if unknown := sorted(set(values) - set(valid)):
         raise ValueError(f"unknown training parameter(s) {unknown}; valid: {', '.join(valid)}")
     return TrainParams(**values)
-

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..core import check_choice, check_int
+from ..core import check_choice, check_int, help_field
 from .geometry import box_area_fraction, box_coverage, box_iou
 from .omni3d import load_omni3d, Object3D, omni3d_json_path, OMNI3D_SOURCES, OMNI3D_SPLITS, Scene
 from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question,
@@ -30,31 +30,27 @@ __all__ = ['GAP_CAP', 'AREA_CAP', 'TaskFilters', 'default_filters', 'visible_fra
            'image_examples', 'build_examples_by_task', 'build_examples', 'split_of', 'split_examples', 'TaskSplit',
            'load_sources', 'rejection_counts', 'build_task_splits', 'dataset_statistics']
 
-# %% ../../nbs/21_task_splits.ipynb #4d2ca730
-def _help(text: str, default):
-    return field(default=default, metadata={"help": text})
-
 # %% ../../nbs/21_task_splits.ipynb #c3c2d8d5
 @dataclass(frozen=True)
 class TaskFilters:
     "Object, pair and selection thresholds of Appendix D.3 (defaults: SUN RGB-D; see `default_filters`)."
-    min_visibility: float = _help("Single object: minimum Omni3D visibility (fraction visible).", 0.10)
-    visibility_fallback: bool = _help("Judge an object without annotated visibility by 1 - truncation; False rejects it.", True)
-    min_area: float = _help("Single object: minimum 2D box area as a fraction of the image.", 0.02)
-    max_area: float = _help("Single object: maximum 2D box area as a fraction of the image.", 0.80)
-    reject_behind_camera: bool = _help("Single object: reject objects whose 3D centre is not in front of the camera (z <= 0).", False)
-    max_iou: float = _help("Pair: maximum 2D IoU, any classes.", 0.30)
-    max_iou_same_class: float = _help("Pair: maximum 2D IoU when both objects have the same class.", 0.10)
-    max_coverage: float = _help("Pair: maximum fraction of either 2D box inside the other, any classes.", 0.30)
-    max_coverage_same_class: float = _help("Pair: maximum coverage when both objects have the same class.", 0.10)
-    min_depth_gap: float = _help("Depth: minimum difference of the min-z depths, metres.", 0.3)
-    min_volume_gap: float = _help("Size: minimum difference of the 3D volumes, cubic metres.", 0.5)
-    min_distance_gap: float = _help("Relative distance: minimum difference of the two distances to the anchor, metres.", 0.3)
-    min_center_gap_x: float = _help("Orientation: minimum horizontal gap of the 2D box centres, fraction of the image width.", 0.05)
-    centers_outside: bool = _help("Orientation: each 2D box centre must lie horizontally outside the other box.", True)
-    min_abs_distance: float = _help("Absolute distance: minimum 3D centre distance, metres.", 0.3)
-    min_count: int = _help("Counting: smallest count asked about.", 2)
-    max_count: int = _help("Counting: largest count asked about.", 5)
+    min_visibility: float = help_field(0.10, "Single object: minimum Omni3D visibility (fraction visible).")
+    visibility_fallback: bool = help_field(True, "Judge an object without annotated visibility by 1 - truncation; False rejects it.")
+    min_area: float = help_field(0.02, "Single object: minimum 2D box area as a fraction of the image.")
+    max_area: float = help_field(0.80, "Single object: maximum 2D box area as a fraction of the image.")
+    reject_behind_camera: bool = help_field(False, "Single object: reject objects whose 3D centre is not in front of the camera (z <= 0).")
+    max_iou: float = help_field(0.30, "Pair: maximum 2D IoU, any classes.")
+    max_iou_same_class: float = help_field(0.10, "Pair: maximum 2D IoU when both objects have the same class.")
+    max_coverage: float = help_field(0.30, "Pair: maximum fraction of either 2D box inside the other, any classes.")
+    max_coverage_same_class: float = help_field(0.10, "Pair: maximum coverage when both objects have the same class.")
+    min_depth_gap: float = help_field(0.3, "Depth: minimum difference of the min-z depths, metres.")
+    min_volume_gap: float = help_field(0.5, "Size: minimum difference of the 3D volumes, cubic metres.")
+    min_distance_gap: float = help_field(0.3, "Relative distance: minimum difference of the two distances to the anchor, metres.")
+    min_center_gap_x: float = help_field(0.05, "Orientation: minimum horizontal gap of the 2D box centres, fraction of the image width.")
+    centers_outside: bool = help_field(True, "Orientation: each 2D box centre must lie horizontally outside the other box.")
+    min_abs_distance: float = help_field(0.3, "Absolute distance: minimum 3D centre distance, metres.")
+    min_count: int = help_field(2, "Counting: smallest count asked about.")
+    max_count: int = help_field(5, "Counting: largest count asked about.")
 
     def __post_init__(self):
         for f in fields(self):
