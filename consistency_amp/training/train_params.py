@@ -64,8 +64,8 @@ def _coerce(value, kind: str, name: str = "trainer_args"):
     "A papermill / command-line string as the field `name`'s kind ('bool', 'optional', 'int', 'float', 'json')."
     if not isinstance(value, str): return value
     text = value.strip().lower()
-    if kind == "bool": return True if text in _TRUE else False if text in _FALSE else value
     if kind.startswith("optional") and text in _NONE: return None
+    if kind.endswith("bool"): return True if text in _TRUE else False if text in _FALSE else value
     if kind == "json": 
         try: return json.loads(value)
         except json.JSONDecodeError: raise ValueError(f"{name} must be a JSON object; got {value!r}") from None
