@@ -32,7 +32,7 @@ def _optional(value):
 class EvalArguments:
     "What to evaluate and how; checked when built, before anything is loaded."
     run: str | None = help_field(None, "A run to evaluate: its name under runs_dir, or its folder (a finished training run, with its "
-                           "adapter, or an evaluation-only run). Empty: evaluate `model`.")
+                                       "adapter, or an evaluation-only run). Empty: evaluate `model`.")
     model: str = help_field(DEFAULT_MODEL, "Without run: a model by name (Hub id, local folder, or an offline tiny model).")
     adapter: str | None = help_field(None, "Without run: a LoRA adapter folder to put on `model`.")
     run_name: str | None = help_field(None, "Without run: the evaluation-only run to write into (empty: base-<size> or external-<name>).")

@@ -57,27 +57,27 @@ class BaseRecipe:
     lr: float = help_field(1e-3, "AdamW peak learning rate (linear warm-up, cosine decay)")
     warmup: int = help_field(20, "warm-up steps")
     think: str = help_field("match", "'match': who is closer / left / bigger, the question's subject and relation, whom it claims "
-                    "is, and whether that is the one seen (' closer 2; 1 further; closer 2True'); 'claim': 'closer 2; closer 1'; "
-                    "'facts': the fact alone ('object 2 closer'); 'cues': digits of each object's visible cue; 'none'")
+                                     "is, and whether that is the one seen (' closer 2; 1 further; closer 2True'); 'claim': 'closer 2; closer 1'; "
+                                     "'facts': the fact alone ('object 2 closer'); 'cues': digits of each object's visible cue; 'none'")
     perception_weight: float = help_field(1.0, "weight of the dense perception loss on the vision tokens (0: none); its head is discarded")
     perception_steps: int = help_field(2000, "steps of the vision-only perception stage before the language model trains (0: none)")
     perception_lr: float = help_field(2e-3, "AdamW peak learning rate of the perception stage")
     logic_steps: int = help_field(600, "steps of the text-only logic stage (the question without image or system prompt) before the full one")
     seed: int = help_field(0, "initialisation and sampling seed")
     facts: str = help_field("seen", "'seen': targets state what the image shows; 'random': a seeded coin picks which object wins, "
-                    "so the model learns the format and the wording's logic but not to see (the no-ability control)")
+                                    "so the model learns the format and the wording's logic but not to see (the no-ability control)")
     tasks: tuple = help_field(BOOLEAN_TASKS, "tasks whose questions pretrain the base: the four boolean ones (the shipped bases), "
-                      "and 'counting' and 'absolute_distance', whose think states the number (' count 3', ' meters 1.4')")
+                                             "and 'counting' and 'absolute_distance', whose think states the number (' count 3', ' meters 1.4')")
     object_digits: str = help_field("shared", "how the think's claims name the listed objects: 'shared', by their numbers (every "
-                            "task's claim is the same digit tokens, which RL on one task rewires for all: issue 26); "
-                            "'per_task', by digits of each task's own (orientation 1 / 2, depth 3 / 4, size 5 / 6, "
-                            "relative distance 7 / 8); needs a longer logic stage (1500 steps) to learn the mapping")
+                                              "task's claim is the same digit tokens, which RL on one task rewires for all: issue 26); "
+                                              "'per_task', by digits of each task's own (orientation 1 / 2, depth 3 / 4, size 5 / 6, "
+                                              "relative distance 7 / 8); needs a longer logic stage (1500 steps) to learn the mapping")
     calibration_steps: int = help_field(0, "steps of a last stage that trains the language model alone (vision tower frozen) on "
-                                "targets of which a share `fact_noise` state the other object: a base sure of what it "
-                                "sees then samples both claims, so RL's groups keep reward variance (issue 26)")
+                                           "targets of which a share `fact_noise` state the other object: a base sure of what it "
+                                           "sees then samples both claims, so RL's groups keep reward variance (issue 26)")
     calibration_lr: float = help_field(3e-4, "AdamW peak learning rate of the calibration stage")
     fact_noise: float = help_field(0.0, "share of the calibration stage's boolean targets written for the question with its "
-                           "compared objects swapped (the other object wins; below 0.5)")
+                                        "compared objects swapped (the other object wins; below 0.5)")
 
     def __post_init__(self):   # fail at construction, naming the field, not minutes into a build
         for f in fields(self):
