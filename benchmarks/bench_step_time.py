@@ -164,8 +164,8 @@ ONE_PASS_ROTARY = ":rotary-one-pass"   # suffix of an arm that rotates queries a
 SHARED_PREFILL = ":shared-prefill"   # suffix of an arm that prefills each distinct prompt once while sampling
 COMBINED = ":combined"   # suffix of an arm that switches several settings at once (--combined-arm)
 # the OTGRPOConfig settings an arm can switch from step to step (--combined-arm)
-SWITCHABLE = ("merge_lora_for_generation", "share_prompt_forward", "share_prompt_prefill", "rotary_in_one_pass",
-              "fused_rms_norm")
+SWITCHABLE = ("merge_lora_for_generation", "fuse_projections", "share_prompt_forward", "share_prompt_prefill",
+              "rotary_in_one_pass", "fused_rms_norm")
 
 
 def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False,
@@ -378,6 +378,7 @@ def timed_trainer_class():
                                      images_processed_once=processes_images_once(self.trainer.processing_class),
                                      lora_dropout=arm_settings(self.arm)[2],
                                      merged_generation=bool(args.merge_lora_for_generation),
+                                     fuse_projections=bool(getattr(args, "fuse_projections", False)),
                                      compiled_generation=compiled_generation(self.trainer),
                                      lora_input_casts_under_autocast=not arm_uncast(self.arm),
                                      shared_prompt_forward=bool(args.share_prompt_forward),

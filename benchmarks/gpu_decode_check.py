@@ -6,13 +6,15 @@ rows (the paper's 8 prompts x K = 8 at the released image size), in the arms tha
 * merged, with every RMSNorm as torch's one `rms_norm` operator (`fused_rms_norm`);
 * merged, fused norms, and queries and keys rotated in one pass (`rotary_in_one_pass`);
 * all that, and each distinct prompt prefilled once (`share_prompt_prefill`): its prefill, not its decoded tokens;
+* merged, fused norms, rotary in one pass, and each attention's q, k, v and each MLP's gate and up stacked and run as
+  one matmul (`fuse_projections`);
 * merged, fused norms and rotary in one pass on transformers' static KV cache, eager: the dynamic cache concatenates
   each layer's keys and values anew at every decoded token (a copy of the whole cache), the static one writes the
   new position in place but attends over its whole length (what `compile_generation` decodes on, uncompiled).
 
 Each arm samples as TRL does (temperature 1, exactly the asked number of new tokens) twice per round, 8 and 40 new
 tokens: per decoded token = (time of 40 - time of 8) / 32, and the prefill = the time of 8 less 8 tokens' worth;
-rounds in ABCDEFFEDCBA order, twice. Random weights of the released architecture (as bench_step_time.py), bf16 and SDPA on
+rounds in ABCDEFGGFEDCBA order, twice. Random weights of the released architecture (as bench_step_time.py), bf16 and SDPA on
 CUDA, the image cache on (as the trainer). A step-level measurement costs a whole 7B step per arm; this costs a few
 seconds, so one GPU call can read every decoding change. On a machine without CUDA it runs in float32 on the CPU
 (`--arch tiny` for a quick check of the wiring). Results: benchmarks/README.md.
@@ -37,6 +39,8 @@ ARMS = {"LoRA layers": dict(merged=False, fused=False, one_pass=False, prefill=F
         "merged": dict(merged=True, fused=False, one_pass=False, prefill=False),
         "merged + fused norms": dict(merged=True, fused=True, one_pass=False, prefill=False),
         "merged + fused norms + rotary one pass": dict(merged=True, fused=True, one_pass=True, prefill=False),
+        "merged + fused + rotary + stacked projections": dict(merged=True, fused=True, one_pass=True, prefill=False,
+                                                              stacked=True),
         "all + each prompt prefilled once": dict(merged=True, fused=True, one_pass=True, prefill=True),
         "merged + fused + rotary, static cache": dict(merged=True, fused=True, one_pass=True, prefill=False,
                                                         static=True)}
@@ -46,7 +50,7 @@ SHORT, LONG = 8, 40
 def timed_generate(model, inputs, new_tokens: int, settings: dict) -> float:
     "Seconds to sample exactly `new_tokens` tokens for every row, in `settings`' arm."
     with ExitStack() as stack, torch.no_grad():
-        if settings["merged"]: stack.enter_context(merged_lora_weights(model))
+        if settings["merged"]: stack.enter_context(merged_lora_weights(model, settings.get("stacked", False)))
         if settings["one_pass"]: stack.enter_context(rotary_in_one_pass(model))
         if settings["prefill"]: stack.enter_context(prefill_once_per_prompt(model))
         fuse_rms_norms(model, fused=settings["fused"])
@@ -67,7 +71,7 @@ def main():
     ap.add_argument("--arch", default="7B", choices=b.ARCH_CHOICES)
     ap.add_argument("--prompts", type=int, default=8, help="distinct prompts (the paper's load: 4 pairs x 2 = 8)")
     ap.add_argument("--K", type=int, default=8, help="rows per prompt")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of ABCDEFFEDCBA")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of ABCDEFGGFEDCBA")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     model, processor, device, dtype = b.random_model_and_processor(args.arch)
@@ -90,7 +94,7 @@ def main():
         prefill = [short - SHORT * t / 1e3 for short, t in zip(seconds[arm][SHORT], per_token)]
         median = statistics.median(per_token); base = base or median
         result["arms"][arm] = dict(ms_per_token=per_token, prefill_s=prefill, seconds=seconds[arm])
-        print(f"{arm:<42} ms per decoded token {', '.join(f'{t:.1f}' for t in per_token)} (median {median:.1f}, "
+        print(f"{arm:<46} ms per decoded token {', '.join(f'{t:.1f}' for t in per_token)} (median {median:.1f}, "
               f"{(median / base - 1) * 100:+.0f}% against the LoRA layers; 512 tokens: {median * 512 / 1e3:.1f} s); "
               f"prefill {statistics.median(prefill):.2f} s")
     if args.json: Path(args.json).write_text(json.dumps(result, indent=1))

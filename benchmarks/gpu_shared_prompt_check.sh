@@ -5,7 +5,8 @@
 #      checkpointing: per-token log-probabilities and LoRA gradients against TRL's path, with each path's time and
 #      peak memory (benchmarks/gpu_shared_prompt_check.py);
 #   2. decoding alone, ms per decoded token for 64 rows: LoRA layers, merged, merged + fused norms, + rotary in one
-#      pass, + each prompt prefilled once (its prefill seconds), and the static cache eager
+#      pass, + each group's projections stacked (fuse_projections), + each prompt prefilled once (its prefill
+#      seconds), and the static cache eager
 #      (benchmarks/gpu_decode_check.py, seconds per arm);
 #   3. the 7B step at 512 tokens with merged sampling: rows forwarded whole (transformers' norms), each prompt
 #      forwarded once, and every RMSNorm as torch's fused operator, interleaved (2 steps each after a warm-up step):

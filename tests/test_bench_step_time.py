@@ -515,23 +515,26 @@ def test_gpu_decode_check_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "decode.json").read_text())
     assert list(result["arms"]) == ["LoRA layers", "merged", "merged + fused norms",
-                                    "merged + fused norms + rotary one pass", "all + each prompt prefilled once",
+                                    "merged + fused norms + rotary one pass",
+                                    "merged + fused + rotary + stacked projections", "all + each prompt prefilled once",
                                     "merged + fused + rotary, static cache"]
     assert all(len(a["ms_per_token"]) == 2 and all(t > 0 for t in a["ms_per_token"]) for a in result["arms"].values())
-    assert "4 rows (2 prompts x K=2)" in proc.stdout and proc.stdout.count("ms per decoded token") == 6
+    assert "4 rows (2 prompts x K=2)" in proc.stdout and proc.stdout.count("ms per decoded token") == 7
 
 
 def test_cpu_combined_arm(tmp_path):
     "--combined-arm switches several settings at once in its steps, and the other steps keep --trainer-args' values."
-    settings = {"share_prompt_forward": True, "rotary_in_one_pass": True, "fused_rms_norm": True}
+    settings = {"share_prompt_forward": True, "rotary_in_one_pass": True, "fused_rms_norm": True,
+                "merge_lora_for_generation": True, "fuse_projections": True}
     stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
                                "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
                                "--trainer-args", '{"share_prompt_forward": true}', "--combined-arm", json.dumps(
                                    settings | {"share_prompt_forward": False}))
     timed = result["steps_record"][1:]
     assert [r["arm"] for r in timed] == ["minimal", "minimal:combined"]
-    assert [(r["combined"], r["shared_prompt_forward"], r["rotary_in_one_pass"], r["fused_rms_norm"]) for r in timed] \
-        == [(False, True, False, False), (True, False, True, True)]
+    assert [(r["combined"], r["shared_prompt_forward"], r["rotary_in_one_pass"], r["fused_rms_norm"],
+             r["merged_generation"], r["fuse_projections"]) for r in timed] \
+        == [(False, True, False, False, False, False), (True, False, True, True, True, True)]
     assert result["combined_arm"]["rotary_in_one_pass"] is True and "combined settings, minimal:" in stdout
     proc = subprocess.run([sys.executable, str(SCRIPT), "--arch", "tiny", "--device", "cpu", "--combined-arm",
                            '{"learning_rate": 1.0}'], cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -23,7 +23,7 @@ from trl import GRPOConfig, GRPOTrainer
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int, help_field
 from ..reward.pairing import consistency_reward_func
 from .image_features import install_image_cache, process_images_once, shared_prompt_logps
-from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_generation, check_generate_only,
+from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_generation, check_generation_settings,
     fuse_rms_norms, merged_lora_weights,
     out_of_place_merges, prefill_once_per_prompt, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
     without_input_grads_hooks)
@@ -80,7 +80,7 @@ class OTGRPOConfig(GRPOConfig, GenerationSettings):
     def __post_init__(self):
         settle_paired_config(self)
         super().__post_init__()
-        check_generate_only(self)
+        check_generation_settings(self)
         if self.compile_generation and self.cache_implementation is None: self.cache_implementation = "static"
         if self.generation_batch_size % (2 * self.num_generations):
             raise ValueError(f"the generation batch ({self.generation_batch_size} completions) must hold whole prompt "
@@ -313,13 +313,13 @@ class OTGRPOTrainer(GRPOTrainer):
         if args.use_vllm: adapt_vllm_generation(self.vllm_generation, args.vllm_mode)   # TRL 1.16's two gaps with images
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`); with `rotary_in_one_pass`, queries and keys rotated in one pass; with `share_prompt_prefill`, each prompt prefilled once; with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
+        "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`, stacked by group with `fuse_projections`); with `rotary_in_one_pass`, queries and keys rotated in one pass; with `share_prompt_prefill`, each prompt prefilled once; with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
         model = self.accelerator.unwrap_model(self.model)
         replace_input_grads_hooks(model)   # also when TRL wrapped a plain model in peft after __init__'s call
         if not self.args.use_vllm and str(self.generation_config.cache_implementation).endswith("static"):
             self.generation_config.max_cache_len = static_cache_length(max(map(len, prompt_ids)),
                                                                        self.args.max_completion_length)
-        if self.args.merge_lora_for_generation: weights = merged_lora_weights(model)
+        if self.args.merge_lora_for_generation: weights = merged_lora_weights(model, self.args.fuse_projections)
         elif self.args.use_vllm and not (self.is_deepspeed_enabled or self.is_fsdp_enabled):
             weights = out_of_place_merges(self.vllm_generation.model)   # TRL's weight sync merges in place: bf16 drift
         else: weights = nullcontext()
