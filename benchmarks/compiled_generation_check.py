@@ -15,6 +15,7 @@ the two runs should agree to the token (bf16 exactness of the merged path: `gpu_
     python benchmarks/compiled_generation_check.py --gradient-checkpointing     # as on a GPU: one graph, or recompiles?
     python benchmarks/compiled_generation_check.py --merge --fused-norms        # with torch's rms_norm (fused_rms_norm)
     python benchmarks/compiled_generation_check.py --merge --fused-norms --rotary-one-pass   # and rotary_in_one_pass
+    python benchmarks/compiled_generation_check.py --merge --fuse-projections   # each group's projections one matmul
     TORCH_LOGS=graph_breaks python benchmarks/compiled_generation_check.py --gradient-checkpointing --stock-hooks
                                              # TRL's input-gradient hooks as they are: graph breaks under torch 2.11
 """
@@ -43,7 +44,8 @@ def tiny_examples(n_images: int = 8) -> list:
 
 def sampled_completions(examples, compiled: bool, merge: bool, steps: int, device: str,
                         gradient_checkpointing: bool = False, fused_norms: bool = False,
-                        one_pass_rotary: bool = False, compiling_call: list | None = None) -> tuple[list, list]:
+                        one_pass_rotary: bool = False, compiling_call: list | None = None,
+                        stacked: bool = False) -> tuple[list, list]:
     """(completion ids of every generation, seconds of each) of `steps` training steps from seed 0. Given a list as
     `compiling_call`, the first generation runs twice with the same seed and weights: the first call (where a compiled
     run compiles) is put in that list, the second is the one recorded."""
@@ -54,7 +56,7 @@ def sampled_completions(examples, compiled: bool, merge: bool, steps: int, devic
                           bf16=False, num_generations=4, pairs_per_device=2, max_completion_length=16,
                           gradient_checkpointing=gradient_checkpointing, max_steps=steps, learning_rate=1e-2, logging_steps=1,
                           compile_generation=compiled, merge_lora_for_generation=merge, fused_rms_norm=fused_norms,
-                          rotary_in_one_pass=one_pass_rotary)
+                          rotary_in_one_pass=one_pass_rotary, fuse_projections=stacked)
     trainer = OTGRPOTrainer(model, config, examples, processing_class=processor)
     if compiled and device == "cpu":   # transformers compiles only on accelerators unless told otherwise
         trainer.generation_config.compile_config = CompileConfig(mode="default")
@@ -100,6 +102,9 @@ if __name__ == "__main__":
     ap.add_argument("--rotary-one-pass", action="store_true",
                     help="queries and keys rotated in one pass while sampling (rotary_in_one_pass), in both runs: does "
                          "the compiled step keep one graph when the modeling module's function is swapped per generation?")
+    ap.add_argument("--fuse-projections", action="store_true",
+                    help="with --merge: each group's projections stacked and run as one matmul (fuse_projections), in "
+                         "both runs: does the compiled step trace the groups' forwards without a graph break?")
     ap.add_argument("--stock-hooks", action="store_true",
                     help="leave TRL's input-gradient hooks as they are (they pile up, and stay on while sampling): the "
                          "trainer's replace_input_grads_hooks and without_input_grads_hooks switched off, to see their effect")
@@ -111,14 +116,16 @@ if __name__ == "__main__":
     compiling_call = []
     compiled, compiled_s = sampled_completions(examples, True, args.merge, args.steps, args.device,
                                                args.gradient_checkpointing, args.fused_norms, args.rotary_one_pass,
-                                               compiling_call)
+                                               compiling_call, args.fuse_projections)
     graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
     eager, eager_s = sampled_completions(examples, False, args.merge, args.steps, args.device,
-                                         args.gradient_checkpointing, args.fused_norms, args.rotary_one_pass)
+                                         args.gradient_checkpointing, args.fused_norms, args.rotary_one_pass,
+                                         stacked=args.fuse_projections)
     same = [a == b for a, b in zip(compiled, eager)]
     hooks = "as TRL leaves them" if args.stock_hooks else "the trainer's (none while sampling)"
     print(f"torch {torch.__version__}, device {args.device}, merged weights {args.merge}, gradient checkpointing "
           f"{args.gradient_checkpointing}, fused norms {args.fused_norms}, rotary in one pass {args.rotary_one_pass}, "
+          f"stacked projections {args.fuse_projections}, "
           f"input-gradient hooks {hooks}, "
           f"{args.steps} steps, weights moved before each generation")
     print(f"compiled graphs {graphs} (one: never recompiled from step to step), graph breaks {breaks}")

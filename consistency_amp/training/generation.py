@@ -242,18 +242,19 @@ def projection_groups(model: torch.nn.Module) -> list[list[LoraLayer]]:
 
 # %% ../../nbs/26_generation.ipynb #1a4e75f0
 def group_forward(self, x: torch.Tensor) -> torch.Tensor:
-    "The forward of a group's first layer (`one_matmul`): the whole group's outputs in one matmul, each later layer's part left for it."
+    "The forward of a group's first layer (`one_matmul`): the whole group's outputs in one matmul, each later layer's part left in its slot."
     parts = F.linear(x, self.group_weight, self.group_bias).split(self.group_sizes, dim=-1)
-    for layer, part in zip(self.group_rest, parts[1:]): layer.group_output = (x, part)
+    for slot, part in zip(self.group_slots, parts[1:]): slot[0] = (x, part)
     return parts[0]
 
 def part_forward(self, x: torch.Tensor) -> torch.Tensor:
-    "The forward of a group's later layer (`one_matmul`): its part of the first layer's output for this same input tensor, else its own matmul."
-    given, part = self.__dict__.pop("group_output", (None, None))
+    "The forward of a group's later layer (`one_matmul`): its part of the first layer's output for this same input tensor, else its own matmul. (A slot, a one-item list, and not an attribute popped from `__dict__`: torch.compile traces a list's item, and breaks its graph at `__dict__.pop` under torch 2.11.)"
+    given, part = self.group_slot[0] or (None, None)
+    self.group_slot[0] = None
     return part if given is x else F.linear(x, self.weight, self.bias)
 
 # %% ../../nbs/26_generation.ipynb #b467ac35
-GROUP_ATTRIBUTES = ("forward", "group_weight", "group_bias", "group_sizes", "group_rest", "group_output")
+GROUP_ATTRIBUTES = ("forward", "group_weight", "group_bias", "group_sizes", "group_slots", "group_slot")
 
 @contextmanager
 def one_matmul(linears: list[torch.nn.Linear], weights: list[torch.Tensor]):
@@ -265,10 +266,10 @@ def one_matmul(linears: list[torch.nn.Linear], weights: list[torch.Tensor]):
             bias = torch.cat([linear.bias for linear in linears]) if linears[0].bias is not None else None
         sizes = [w.shape[0] for w in weights]
         for linear, rows in zip(linears, stacked.split(sizes)): linear.weight.data = rows
+        for linear in linears[1:]: linear.group_slot, linear.forward = [None], MethodType(part_forward, linear)
         first = linears[0]
-        first.group_weight, first.group_bias, first.group_sizes, first.group_rest = stacked, bias, sizes, linears[1:]
-        first.forward = MethodType(group_forward, first)
-        for linear in linears[1:]: linear.forward = MethodType(part_forward, linear)
+        first.group_weight, first.group_bias, first.group_sizes = stacked, bias, sizes
+        first.group_slots, first.forward = [linear.group_slot for linear in linears[1:]], MethodType(group_forward, first)
         yield stacked
     finally:
         for linear, weight in zip(linears, own):
