@@ -340,7 +340,8 @@ class GenerationSettings:
                                          "attention's q, k, v and each MLP's gate and up projections into one tensor "
                                          "and run each group as one matmul while sampling (nbs/26_generation): three "
                                          "fewer kernels per decoder layer and decoded token, no extra memory. The "
-                                         "same dot products: bitwise on the CPU, within bfloat16 rounding on a GPU. "
+                                         "same dot products: bitwise on the CPU; on a GPU, where the wider matmul may "
+                                         "take another kernel, expected within bfloat16 rounding (not yet measured). "
                                          "transformers' generate only.")
     compile_generation: bool = help_field(False, "Let transformers' generate compile its decoding step (torch.compile, "
                                            "CUDA graphs) on a static KV cache: TRL turns that off (disable_compile=True). "
