@@ -12,9 +12,9 @@ from dataclasses import field
 from numbers import Integral
 
 # %% auto #0
-__all__ = ['REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS',
-           'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice', 'check_choices', 'check_int',
-           'help_field', 'console_logging']
+__all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES',
+           'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice',
+           'check_choices', 'check_int', 'read_bool', 'help_field', 'console_logging']
 
 # %% ../nbs/02_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -39,6 +39,16 @@ def check_int(param: str, value, minimum: int, allow_none: bool = False):
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
         raise ValueError(f"{param} must be an integer >= {minimum}{' or None' if allow_none else ''}; got {value!r}")
     return value
+
+# %% ../nbs/02_core.ipynb #369241d4
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1", "on"), ("false", "no", "0", "off")   # a switch, as command lines spell it
+
+def read_bool(param: str, value) -> bool:
+    "`value` as a bool: a bool, or one of `TRUE_WORDS` / `FALSE_WORDS` in any case (as papermill's `-p` passes `true`); otherwise a ValueError naming `param`."
+    if isinstance(value, bool): return value
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in TRUE_WORDS or text in FALSE_WORDS: return text in TRUE_WORDS
+    raise ValueError(f"{param} must be true or false; got {value!r}")
 
 # %% ../nbs/02_core.ipynb #4fb2208c
 def help_field(default, help: str, **kwargs):

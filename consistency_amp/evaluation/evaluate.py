@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice, help_field
+from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice, help_field, read_bool
 from .held_out import BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
 from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model, evaluate_run,
                                                         model_run_name)
@@ -70,9 +70,10 @@ class EvalArguments:
 
 # %% ../../nbs/52_evaluate.ipynb #5f3bd197
 def check_eval_arguments(self: EvalArguments) -> None:
-    "Reads empty strings as None, refuses a run given with a model's adapter or run name, a missing adapter or data root, and checks the evaluation parameters (`self.params`), the eval name and the backend."
+    "Reads empty strings as None and the switches' spellings as bools (`read_bool`: papermill passes `-p overwrite false` as a string), refuses a run given with a model's adapter or run name, a missing adapter or data root, and checks the evaluation parameters (`self.params`), the eval name and the backend."
     for f in ("run", "adapter", "run_name", "data_root", "eval_name", "runs_dir", "max_new_tokens"):
         setattr(self, f, _optional(getattr(self, f)))
+    for f in ("overwrite", "examples"): setattr(self, f, read_bool(f, getattr(self, f)))
     if isinstance(self.max_examples, str) and self.max_examples.strip().lower() in ("", "none", "all"): self.max_examples = None
     if self.run is not None and (self.adapter is not None or self.run_name is not None):
         raise ValueError("give either run (a run to evaluate) or model with adapter/run_name, not both")

@@ -12,7 +12,7 @@ import shlex
 import sys
 from dataclasses import fields
 
-from ..core import PAIRINGS
+from ..core import FALSE_WORDS, PAIRINGS, TRUE_WORDS
 from .runs import resolve_path
 from .train_params import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REWARDS,
                                                    TRAIN_TASKS, TrainParams, _coerce, as_params)
@@ -121,7 +121,7 @@ def parse_args(argv: list[str] | None = None) -> TrainParams:
 
 # %% ../../nbs/37_train_cli.ipynb #27895f49
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # the disk is full, over quota, or read-only
-_VALUES = ("true", "false", "yes", "no", "1", "0", "on", "off")
+_VALUES = TRUE_WORDS + FALSE_WORDS   # the values a flag may be given
 
 def resume_argv(argv: list[str]) -> list[str]:
     "`argv` with --overwrite and --resume (and their true/false values) removed and --resume appended."

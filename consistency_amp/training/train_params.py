@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
-                                  TINY_MODEL, check_choice, check_int, help_field)
+                                  TINY_MODEL, TRUE_WORDS, FALSE_WORDS, check_choice, check_int,
+                                  help_field)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
 from .runs import check_run_name, PARAM_KEYS, resolve_path
 from .runs import run_name as default_run_name
@@ -54,7 +55,7 @@ def model_size(model: str) -> str | None:
     return f"{m.group(1)}B" if m else None
 
 # %% ../../nbs/36_train_params.ipynb #3ae34ac7
-_TRUE, _FALSE, _NONE = ("true", "yes", "1", "on"), ("false", "no", "0", "off"), ("none", "null", "")
+_NONE = ("none", "null", "")   # None, as papermill and command lines spell it (switches: core.TRUE_WORDS)
 
 def _number(name: str, value, low: float, strict: bool) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (value <= low if strict else value < low):
@@ -65,7 +66,7 @@ def _coerce(value, kind: str, name: str = "trainer_args"):
     if not isinstance(value, str): return value
     text = value.strip().lower()
     if kind.startswith("optional") and text in _NONE: return None
-    if kind.endswith("bool"): return True if text in _TRUE else False if text in _FALSE else value
+    if kind.endswith("bool"): return True if text in TRUE_WORDS else False if text in FALSE_WORDS else value
     if kind == "json": 
         try: return json.loads(value)
         except json.JSONDecodeError: raise ValueError(f"{name} must be a JSON object; got {value!r}") from None
