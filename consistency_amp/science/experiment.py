@@ -144,9 +144,12 @@ def argument_parser() -> argparse.ArgumentParser:
 # %% ../../nbs/70_experiment.ipynb #82b5e4b9
 def main(argv: list[str] | None = None) -> list[Path]:
     console_logging()
-    args = argument_parser().parse_args(argv)
-    if args.config_json: config = ExperimentConfig(**json.loads(args.config_json))
-    else: config = ExperimentConfig(**{f.name: getattr(args, f.name) for f in fields(ExperimentConfig)})
+    parser = argument_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.config_json: config = ExperimentConfig(**json.loads(args.config_json))
+        else: config = ExperimentConfig(**{f.name: getattr(args, f.name) for f in fields(ExperimentConfig)})
+    except ValueError as e: parser.error(str(e))   # a usage error naming the option, as the train and evaluate commands
     if args.full: config = replace(config, conditions=FULL_CONDITIONS)
     if args.job:                                    # one job, in a subprocess of launch()
         import torch
