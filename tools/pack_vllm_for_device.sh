@@ -9,6 +9,8 @@
 # with xz (~238 MB at -9e: the wheels' deflate leaves much to xz) and split into parts that each fit one call beside the tree.
 #
 #   bash tools/pack_vllm_for_device.sh          # ~5 min on 2 cores; writes .vllm/ (git-ignored)
+#   bash tools/pack_vllm_for_device.sh --check  # before a GPU session: does each packed part still fit beside the tree
+#                                               # as it is now (the tree grows from session to session)? exit 1 if not
 # Then, on the device, one call per part and a last one: benchmarks/README.md, "vLLM on the GPU, in parts".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,14 @@ for ignored in /.vllm/ /.vllm.new/; do grep -qx "$ignored" .git/info/exclude 2>/
 # transformers 5.22.2 added in session 25 and a 25.4 MB tree: 7, the last of 3.1 MB)
 TREE_BYTES=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {print s}')
 PART_BYTES=${PART_BYTES:-$(( 64 * 1024 * 1024 - TREE_BYTES - 2 * 1024 * 1024 ))}
+if [ "${1:-}" = "--check" ]; then
+  [ -d .vllm ] || { echo "pack_vllm_for_device --check: no .vllm/: pack first"; exit 1; }
+  LARGEST=$(find .vllm -name 'part_*' -printf '%s\n' | sort -n | tail -1)
+  LEFT=$(( 64 * 1024 * 1024 - TREE_BYTES - LARGEST ))
+  echo "pack_vllm_for_device --check: tree $TREE_BYTES bytes + largest part $LARGEST = $(( TREE_BYTES + LARGEST )) of 67108864 (64 MiB); $LEFT left"
+  [ "$LEFT" -gt 0 ] || { echo "the parts no longer fit beside the tree: repack (bash tools/pack_vllm_for_device.sh)"; exit 1; }
+  exit 0
+fi
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
   --platform manylinux_2_24_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_31_x86_64
   --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64"
