@@ -42,7 +42,7 @@ def merged_weight(layer: LoraLayer) -> torch.Tensor:
 
 @contextmanager
 def merged_lora_weights(model, fuse_projections: bool = False):
-    "Within the block, each LoRA layer of the peft `model` runs on a merged copy of its base weight (`merged_weight`), adapters bypassed; with `fuse_projections`, each attention's q, k, v and each MLP's gate and up merged into one tensor and run as one matmul (`one_matmul`). On leaving, the original base tensors, bitwise."
+    "Within the block, each LoRA layer of the peft `model` runs on a merged copy of its base weight (`merged_weight`), calling its base layer directly (peft's forward and adapters bypassed); with `fuse_projections`, each attention's q, k, v and each MLP's gate and up merged into one tensor and run as one matmul (`one_matmul`). On leaving, the original base tensors, bitwise."
     layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
     if not layers or not hasattr(model, "disable_adapter"):
         raise ValueError(f"merged_lora_weights needs a peft model with LoRA layers; got a {type(model).__name__} with "
@@ -51,7 +51,7 @@ def merged_lora_weights(model, fuse_projections: bool = False):
         raise ValueError("the model's LoRA is already merged into its weights (peft's merge_adapter): nothing to merge")
     groups = projection_groups(model) if fuse_projections else []
     grouped = {id(layer) for group in groups for layer in group}
-    originals = []
+    originals, bypassed = [], []
     with ExitStack() as fused:
         try:
             with torch.no_grad():
@@ -62,8 +62,13 @@ def merged_lora_weights(model, fuse_projections: bool = False):
                     base.weight.data = merged_weight(layer)
                 for group in groups:   # one_matmul gives each its own tensor back on leaving
                     fused.enter_context(one_matmul([l.get_base_layer() for l in group], [merged_weight(l) for l in group]))
+            # with the adapters off peft's forward only calls the base layer, after Python work of its own at every
+            # call (196 per decoded token at 7B): 2-5% of a host-bound decoded token (research/peft_bypass_probe.py)
+            for layer in layers:
+                if "forward" not in layer.__dict__: layer.forward = layer.get_base_layer().__call__; bypassed.append(layer)
             with model.disable_adapter(): yield model
         finally:
+            for layer in bypassed: del layer.forward
             for base, weight in originals: base.weight.data = weight
 
 # %% ../../nbs/26_generation.ipynb #9abe00e3
