@@ -30,9 +30,9 @@ from peft import get_peft_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_step_time as b   # noqa: E402
-from consistency_amp.training.generation import (fuse_rms_norms, merged_lora_weights, prefill_once_per_prompt,   # noqa: E402
+from consistency_amp.training.image_features import install_image_cache, prefill_once_per_prompt   # noqa: E402
+from consistency_amp.training.generation import (fuse_rms_norms, merged_lora_weights,   # noqa: E402
                                                  rotary_in_one_pass, static_cache_length)
-from consistency_amp.training.image_features import install_image_cache   # noqa: E402
 from consistency_amp.training.models import lora_config   # noqa: E402
 
 ARMS = {"LoRA layers": dict(merged=False, fused=False, one_pass=False, prefill=False),

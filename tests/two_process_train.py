@@ -45,11 +45,11 @@ def record_run(out_dir: str, world_root: str, mode: str = "0") -> None:
     from consistency_amp.training.trainer import OTGRPOConfig, OTGRPOTrainer
 
     import transformers, warnings
-    import consistency_amp.training.generation as generation
-    prefilled, own_shared_prefill = [], generation.shared_prefill
+    import consistency_amp.training.image_features as image_features
+    prefilled, own_shared_prefill = [], image_features.shared_prefill
     def counted(*a, **k):
         out = own_shared_prefill(*a, **k); prefilled.append(out is not None); return out
-    generation.shared_prefill = counted
+    image_features.shared_prefill = counted
     transformers.set_seed(0)   # the same adapter in every run
     model, processor = load_model(lora_dropout=0.0)
     args = OTGRPOConfig(output_dir=tempfile.mkdtemp(), max_steps=2, num_generations=K, pairs_per_device=None,

@@ -15,7 +15,7 @@ import numpy as np
 from .decoders import GreedyDecoder
 from .held_out import held_out_examples
 from ..reward.verifiers import accuracy, parse_answer
-from ..training.generation import prefill_once_per_prompt
+from ..training.image_features import prefill_once_per_prompt
 from ..training.image_features import process_images_once
 from ..training.runs import EVAL_DIR, jsonable, utc_now, write_json
 from ..world.prompts import load_rgb, make_prompt

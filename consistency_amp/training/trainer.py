@@ -11,7 +11,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,10 +22,11 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int, help_field
 from ..reward.pairing import consistency_reward_func
-from .image_features import install_image_cache, process_images_once, shared_prompt_logps
+from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
+    shared_prompt_logps)
 from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_generation, check_generation_settings,
     fuse_rms_norms, merged_lora_weights,
-    out_of_place_merges, prefill_once_per_prompt, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
+    out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
     without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
     check_paired_dataset, load_image, verifier_relation)
