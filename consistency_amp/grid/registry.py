@@ -19,6 +19,7 @@ from .launcher import ACCELERATE_CONFIG, launch_missing, LAUNCHERS, missing_runs
 from .manifest import EXTERNAL_BASELINES
 from .results import results_table
 from .status import manifest_status, status_summary
+from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
 __all__ = ['argument_parser', 'main', 'cli']
@@ -66,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "table":
         table = results_table(a.runs_dir)
         if a.csv: table.to_csv(a.csv, index=False); print(f"wrote {a.csv}")
+        if table.empty:   # rather than pandas' "Empty DataFrame" and two dozen column names
+            print(f"no evaluated runs in {resolve_runs_dir(a.runs_dir)}: `launch` trains and evaluates the missing ones")
+            return 0
         with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_columns", 30):
             print(table.drop(columns=["path", "model"]).to_string(index=False))
         return 0
