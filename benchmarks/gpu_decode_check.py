@@ -12,6 +12,9 @@ rows (the paper's 8 prompts x K = 8 at the released image size), in the arms tha
   each layer's keys and values anew at every decoded token (a copy of the whole cache), the static one writes the
   new position in place but attends over its whole length (what `compile_generation` decodes on, uncompiled).
 
+Before the arms, the exactness of the stacked projections: every row's next-token logits from the merged weights
+with and without `fuse_projections` (largest difference, argmax agreement, bitwise or not).
+
 Each arm samples as TRL does (temperature 1, exactly the asked number of new tokens) twice per round, 8 and 40 new
 tokens: per decoded token = (time of 40 - time of 8) / 32, and the prefill = the time of 8 less 8 tokens' worth;
 rounds in ABCDEFGGFEDCBA order, twice. Random weights of the released architecture (as bench_step_time.py), bf16 and SDPA on
@@ -66,6 +69,19 @@ def timed_generate(model, inputs, new_tokens: int, settings: dict) -> float:
         return time.perf_counter() - start
 
 
+def stacked_exactness(model, inputs) -> dict:
+    """The next-token logits of every row from the merged weights with each group's projections stacked
+    (`fuse_projections`) and without: the largest difference, the share of rows whose most likely token agrees, and
+    whether they are bitwise equal (on a GPU in bf16 the wider matmul may take another kernel; on the CPU, bitwise)."""
+    logits = {}
+    for stacked in (False, True):
+        with merged_lora_weights(model, stacked), torch.no_grad():
+            logits[stacked] = model(**inputs, logits_to_keep=1).logits[:, -1].float()
+    return dict(max_abs_logit_difference=(logits[True] - logits[False]).abs().max().item(),
+                argmax_agreement=(logits[True].argmax(-1) == logits[False].argmax(-1)).float().mean().item(),
+                bitwise=torch.equal(logits[True], logits[False]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="7B", choices=b.ARCH_CHOICES)
@@ -78,6 +94,7 @@ def main():
     model = get_peft_model(model, lora_config()).train()   # TRL samples in train mode: LoRA dropout on
     install_image_cache(model)
     inputs, _ = b.paper_prompts(processor, args.prompts, args.K, device)
+    exactness = stacked_exactness(model, inputs)   # before any arm: transformers' norms, the merged weights
     for settings in ARMS.values(): timed_generate(model, inputs, 2, settings)   # warm-up: kernels chosen, images cached
     seconds = {arm: {SHORT: [], LONG: []} for arm in ARMS}
     for arm in (list(ARMS) + list(ARMS)[::-1]) * args.rounds:
@@ -88,6 +105,10 @@ def main():
           f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}")
     result = dict(arch=args.arch, rows=rows, dtype=str(dtype), torch=torch.__version__,
                   device_name=torch.cuda.get_device_name() if device.type == "cuda" else "cpu", arms={})
+    print(f"stacked projections against merged, next-token logits of {rows} rows: max |difference| "
+          f"{exactness['max_abs_logit_difference']:.3e}, argmax agreement {exactness['argmax_agreement']:.4f}, "
+          f"bitwise {exactness['bitwise']}")
+    result["stacked_exactness"] = exactness
     base = None
     for arm in ARMS:
         per_token = [(long - short) / (LONG - SHORT) * 1e3 for short, long in zip(seconds[arm][SHORT], seconds[arm][LONG])]

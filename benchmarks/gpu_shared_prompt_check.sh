@@ -6,7 +6,7 @@
 #      peak memory (benchmarks/gpu_shared_prompt_check.py);
 #   2. decoding alone, ms per decoded token for 64 rows: LoRA layers, merged, merged + fused norms, + rotary in one
 #      pass, + each group's projections stacked (fuse_projections), + each prompt prefilled once (its prefill
-#      seconds), and the static cache eager
+#      seconds), and the static cache eager; first, the stacked projections' bf16 exactness (next-token logits)
 #      (benchmarks/gpu_decode_check.py, seconds per arm);
 #   3. the 7B step at 512 tokens with merged sampling: rows forwarded whole (transformers' norms), each prompt
 #      forwarded once, and every RMSNorm as torch's fused operator, interleaved (2 steps each after a warm-up step):
@@ -37,7 +37,7 @@ log=$OUT/decode_check_${ARCH}.txt
 timeout "$DECODE_TIMEOUT" $PYTHON benchmarks/gpu_decode_check.py --arch "$ARCH" --prompts "$PROMPTS" --K "$K" --rounds "$ROUNDS" \
   --json "$OUT/decode_check_${ARCH}.json" > "$log" 2>&1
 echo "decode check rc $? (124: cut by DECODE_TIMEOUT=$DECODE_TIMEOUT)"
-grep -vE "[Ww]arn" "$log" | tail -7
+grep -vE "[Ww]arn" "$log" | tail -9
 log=$OUT/step_time_${ARCH}_${LENGTH}_merged_shared_prompt_fused_norm_arms.log
 timeout "$STEP_TIMEOUT" $PYTHON benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings minimal \
   --pairs-per-device $((PROMPTS / 2)) --K "$K" --trainer-args '{"merge_lora_for_generation": true}' --shared-prompt-arm \

@@ -520,6 +520,7 @@ def test_gpu_decode_check_on_the_cpu(tmp_path):
                                     "merged + fused + rotary, static cache"]
     assert all(len(a["ms_per_token"]) == 2 and all(t > 0 for t in a["ms_per_token"]) for a in result["arms"].values())
     assert "4 rows (2 prompts x K=2)" in proc.stdout and proc.stdout.count("ms per decoded token") == 7
+    assert result["stacked_exactness"]["bitwise"] is True and "stacked projections against merged" in proc.stdout   # CPU float32
 
 
 def test_cpu_combined_arm(tmp_path):
