@@ -1505,6 +1505,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                       'consistency_amp/world/omni3d.py'),
                                               'consistency_amp.world.omni3d._source_split': ( 'omni3d.html#_source_split',
                                                                                               'consistency_amp/world/omni3d.py'),
+                                              'consistency_amp.world.omni3d.default_image_root': ( 'omni3d.html#default_image_root',
+                                                                                                   'consistency_amp/world/omni3d.py'),
                                               'consistency_amp.world.omni3d.load_omni3d': ( 'omni3d.html#load_omni3d',
                                                                                             'consistency_amp/world/omni3d.py'),
                                               'consistency_amp.world.omni3d.load_omni3d_root': ( 'omni3d.html#load_omni3d_root',

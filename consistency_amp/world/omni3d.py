@@ -25,8 +25,8 @@ _logger = logging.getLogger(__name__)
 
 
 # %% auto #0
-__all__ = ['OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Skipped', 'LoadReport', 'Scenes', 'load_omni3d',
-           'omni3d_json_path', 'load_omni3d_root']
+__all__ = ['OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Skipped', 'LoadReport', 'Scenes', 'default_image_root',
+           'load_omni3d', 'omni3d_json_path', 'load_omni3d_root']
 
 # %% ../../nbs/10_omni3d.ipynb #c2fdee4f
 def _same(a, b) -> bool:
@@ -281,6 +281,16 @@ def _records(records: list, desc: str, progress: bool | None):
     from tqdm import tqdm
     return tqdm(records, desc=desc, unit="record", leave=False, disable=None if progress is None else not progress)
 
+# %% ../../nbs/10_omni3d.ipynb #bde5d887
+def default_image_root(json_path: Path, images) -> Path:
+    "Where the `file_path`s of `json_path`'s `images` records start when no image root is given (see above)."
+    folder = Path(json_path).parent
+    if folder.name == "Omni3D": return folder.parent
+    first = next((r["file_path"] for r in images if isinstance(r, dict) and isinstance(r.get("file_path"), str)), None) \
+        if isinstance(images, list) else None
+    if first and not (folder / first).is_file() and (folder.parent / first).is_file(): return folder.parent
+    return folder
+
 # %% ../../nbs/10_omni3d.ipynb #4655da9d
 def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_images: bool = True,
                 keep_invalid3d: bool = False, verbose: bool = True, progress: bool | None = None) -> Scenes:
@@ -291,7 +301,7 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
     info = _info(data, json_path)
     source, split = _source_split(info, json_path)
     categories = _parse_categories(data, json_path)
-    image_root = Path(os.path.abspath(json_path.parent.parent if image_root is None else image_root))
+    image_root = Path(os.path.abspath(default_image_root(json_path, data["images"]) if image_root is None else image_root))
     report = LoadReport(json_path)
 
     def fail(kind, rid, err: _FieldError, where=""):
