@@ -35,7 +35,8 @@ def _results_table(run_dir: Path) -> str:
     rows = []
     for path in sorted((run_dir / EVAL_DIR).glob("*.json")):
         for r in read_json(path).get("results", []):
-            rows.append(f"| {path.stem} | {r['task']} | {r['source']} | {r['n']} | {100 * r['accuracy']:.1f} |")
+            accuracy = "no questions" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"   # a (task, source) with n = 0
+            rows.append(f"| {path.stem} | {r['task']} | {r['source']} | {r['n']} | {accuracy} |")
     if not rows: return "Not evaluated yet: `python -m consistency_amp.evaluation.evaluate --run <this run>` adds the results here."
     return "\n".join(["| evaluation | task | source | n | accuracy (%) |", "|---|---|---|---|---|", *rows])
 
