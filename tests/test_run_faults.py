@@ -111,6 +111,19 @@ def assert_interrupted(run: Path, err: str, by: str) -> int:
     return record.resume_step
 
 
+def test_resume_of_a_complete_run_trains_nothing_and_changes_nothing(runs, uninterrupted):
+    "A job requeued after its run ended (the Slurm script's own command, --resume): exit 0, one line, the run as it was."
+    run = runs / "uninterrupted"
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".writer.lock"}
+    proc = subprocess.run([sys.executable, str(DRIVER), *FLAGS, "--runs_dir", str(runs), "--run_name", "uninterrupted",
+                           "--resume"], cwd=runs.parent, env=environment(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "run uninterrupted is complete (step 6): nothing to resume" in proc.stderr, proc.stderr[-3000:]
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".writer.lock"}
+    assert after == before                                   # adapter, log, status and params byte for byte
+    assert run_is_live(run) is False
+
+
 def test_sigterm_saves_the_step_and_resume_equals_the_uninterrupted_run(runs, uninterrupted):
     proc = start(runs, "sigterm", delay=1.0)
     wait_for_step(runs / "sigterm", 1, proc)

@@ -5,6 +5,8 @@
 * `--help_all` lists TRL's flags beside the run's own.
 * A flag TrainParams sets under its own name, or a ModelConfig field the loader cannot honour, exits with a message
   that names it, before anything is created.
+* So does a setting TRL refuses only when its config is built (a recipe value of the wrong type, an unknown
+  scheduler) and a model folder that is not there: one error line, no traceback, no run folder.
 """
 import json
 import os
@@ -48,3 +50,15 @@ def test_bad_flags_exit_with_their_names_and_create_nothing(tmp_path):
         done = run(args, tmp_path, timeout=300)
         assert done.returncode != 0 and expected in done.stderr, (args, done.stderr[-2000:])
     assert not (tmp_path / "runs").exists()
+
+
+def test_settings_refused_by_trl_or_the_loader_exit_before_the_run_folder(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("steps: 1\ngradient_accumulation_steps: x\n")
+    for args, expected in ((["--config", str(recipe)], f"--config '{recipe}': gradient_accumulation_steps takes an integer; got 'x'"),
+                           (["--trainer_args", '{"gradient_accumulation_steps": "x"}'], "gradient_accumulation_steps takes an integer"),
+                           (["--trainer_args", '{"lr_scheduler_type": "bogus"}'], "lr_scheduler_type takes one of"),
+                           (["--model", str(tmp_path / "no-model")], "does not exist")):
+        done = run(args, tmp_path, timeout=300)
+        assert done.returncode == 1 and expected in done.stderr and "Traceback" not in done.stderr, (args, done.stderr[-2000:])
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -159,6 +159,7 @@ INVALID = [
     (dict(reward="f1"), "reward must be one of 'consistency', 'accuracy', 'ssl4rl_rotation'"),
     (dict(pairing="greedy"), "pairing must be one of 'minimal', 'random', 'one_to_all'; got 'greedy'"),
     (dict(K=1), "num_generations (the group size K) must be an integer >= 2; got 1"),
+    (dict(num_generations=1), "num_generations (the group size K) must be an integer >= 2; got 1"),   # K's other name
     (dict(data_root="/no/such/omni3d"), "data_root '/no/such/omni3d' does not exist"),
 ]
 

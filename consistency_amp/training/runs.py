@@ -28,8 +28,8 @@ __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADA
            'OPERATIONAL_KEYS', 'LATER_PARAMS', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'runs_dir',
            'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl', 'truncate_train_log',
            'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag', 'run_name', 'checkpoints',
-           'checkpoint_step', 'last_checkpoint', 'effective_state', 'run_path', 'write_status', 'create_run',
-           'is_step_log', 'train_log_record']
+           'checkpoint_step', 'last_checkpoint', 'effective_state', 'run_path', 'write_status', 'check_startable',
+           'create_run', 'is_step_log', 'train_log_record']
 
 # %% ../../nbs/31_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -303,6 +303,15 @@ def _exists_error(path: Path) -> FileExistsError:
     return FileExistsError(f"run directory {path} already exists{detail and detail + ')'}. Runs are never overwritten "
                            f"silently: pass {ways}, or choose another run name.")
 
+# %% ../../nbs/31_runs.ipynb #5284e7c1
+def check_startable(path: Path, resume: bool = False, overwrite: bool = False) -> None:
+    "Raise now what `create_run` would raise for the existing run `path` (neither `resume` nor `overwrite`; another process writing it), writing nothing: a launcher calls it before seconds of other checks."
+    if not path.exists(): return
+    if not (resume or overwrite): raise _exists_error(path)
+    if holds_run_lock(path): return
+    acquire_run_lock(path, _writer_of(path))                 # RunLockedError naming the writer, if live
+    release_run_lock(path)
+
 # %% ../../nbs/31_runs.ipynb #9bbeb523
 def create_run(name: str, params: dict, overwrite: bool = False, resume: bool = False,
                runs: str | os.PathLike | None = None) -> Path:
@@ -365,6 +374,7 @@ def _resume_run(path: Path, params: dict) -> Path:
         detail = "; ".join(f"{k}: stored {old.get(k)!r}, given {new.get(k)!r}" for k in diff)
         raise ValueError(f"cannot resume {path} with different parameters ({detail}). Resume with the stored "
                          f"parameters, or use another run name, or overwrite=True")
+    if effective_state(path)[0] == "complete": return path   # nothing to continue: left as it is (training says so)
     write_json(path / PARAMS_FILE, stored | {"resumed_at": stored.get("resumed_at", []) + [utc_now()]})
     for sub in (CHECKPOINTS_DIR, EVAL_DIR): (path / sub).mkdir(exist_ok=True)
     (path / TRAIN_LOG_FILE).touch()

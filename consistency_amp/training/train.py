@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from .run_lock import release_run_lock
-from .runs import (checkpoint_step, CHECKPOINTS_DIR, create_run, last_checkpoint, run_path,
+from .runs import (check_startable, checkpoint_step, CHECKPOINTS_DIR, create_run, effective_state, last_checkpoint, run_path,
                                            write_status)
 from .model_card import save_final_adapter   # (train.save_final_adapter stays importable)
 from .run_callback import run_callback, StopRequest
@@ -21,13 +21,13 @@ from ..reward.ssl import SSL_TASKS
 from ..core import console_logging
 from .run_callback import stop_signal_of
 from .train_params import TrainParams, as_params, load_kwargs, report_integrations   # (train.TrainParams stays importable)
-from .train_cli import WRITE_ERRNOS, end_process_group, parse_args, stopped_message
+from .train_cli import WRITE_ERRNOS, end_process_group, parse_args, stopped_message, typed_trl_values
 
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['world_size', 'start_run', 'train_examples', 'trainer_config', 'load_for_training', 'cpu_threads', 'train_run',
-           'run_training', 'main', 'cli']
+__all__ = ['world_size', 'start_run', 'train_examples', 'trainer_config', 'load_for_training', 'checked_before_run',
+           'cpu_threads', 'train_run', 'prepare_run', 'run_training', 'main', 'cli']
 
 # %% ../../nbs/43_train_entry.ipynb #c5893031
 def world_size() -> int: return int(os.environ.get("WORLD_SIZE", "1"))
@@ -74,15 +74,15 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
     if params.reward in SSL_TASKS:                # no pairs: TRL's GRPOConfig with a paired run's prompts per step
         from consistency_amp.training.ssl_trainer import ssl_config
         paired = ("reward", "pairing", "label_noise", "pairs_per_device")
-        return ssl_config({k: v for k, v in settings.items() if k not in paired} | (params.trainer_args or {}), params.pairs_per_device)
-    return OTGRPOConfig(**(settings | (params.trainer_args or {})))
+        return ssl_config({k: v for k, v in settings.items() if k not in paired} | typed_trl_values(params.trainer_args, "trainer_args"), params.pairs_per_device)
+    return OTGRPOConfig(**(settings | typed_trl_values(params.trainer_args, "trainer_args")))
 
 # %% ../../nbs/43_train_entry.ipynb #f352ef9f
 def load_for_training(params: TrainParams, config):
     "(model, processor, peft_config) for training: `load_model` with LoRA (as `model_args` set it), or under ZeRO-3 the base model + its `lora_config`."
     from transformers.integrations import is_deepspeed_zero3_enabled
     from consistency_amp.training.models import load_model
-    kwargs = load_kwargs(params.model_args)
+    kwargs = load_kwargs(typed_trl_values(params.model_args, "model_args"))
     if not is_deepspeed_zero3_enabled(): return (*load_model(params.model, **kwargs), None)
     import torch
     from transformers import AutoModelForImageTextToText
@@ -93,6 +93,16 @@ def load_for_training(params: TrainParams, config):
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, **kwargs)   # revision, attn_implementation
     freeze_vision_tower(model)
     return model, load_processor(path), lora_config(**{"r" if k == "lora_r" else k.replace("lora_", ""): v for k, v in lora.items()})
+
+# %% ../../nbs/43_train_entry.ipynb #044915fa
+def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
+    "The run's trainer config, built, and its model found (a spatial base built if needed), before the run folder exists; ValueError naming a setting TRL or the loader refuses."
+    from consistency_amp.training.models import resolve_model_path
+    load_kwargs(typed_trl_values(params.model_args, "model_args"))
+    try: config = trainer_config(params, run_dir)
+    except TypeError as e: raise ValueError(f"trainer_args {params.trainer_args!r}: {e}") from None   # TRL's checks meet a wrong type
+    resolve_model_path(params.model)
+    return config
 
 # %% ../../nbs/43_train_entry.ipynb #24bd29a1
 def cpu_threads(environ=os.environ) -> int | None:
@@ -105,23 +115,29 @@ def cpu_threads(environ=os.environ) -> int | None:
     return threads
 
 # %% ../../nbs/43_train_entry.ipynb #513496a5
-def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, examples: list | None = None):
-    "Train the run of `params` in `run_dir` (created by the main process when None); returns (run_dir, trainer)."
+def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, examples: list | None = None, config=None):
+    "Train the run of `params` in `run_dir` (created by the main process when None; `config` from `checked_before_run`, else built here); returns (run_dir, trainer), trainer None where `resume` met a complete run."
     from transformers import set_seed
     from consistency_amp.training.trainer import OTGRPOTrainer
     params = as_params(params)
     cpu_threads()
-    examples = train_examples(params) if examples is None else examples
     planned = run_path(params.name, params.runs_dir) if run_dir is None else Path(run_dir)
-    config = trainer_config(params, planned)
+    config = checked_before_run(params, planned) if config is None else config
     if run_dir is None:                           # the main process creates the run, the others wait for it
         with config.main_process_first(local=False, desc="creating the run folder"):
             if config.process_index == 0: start_run(params)
     run_dir = planned
     main = config.process_index == 0
+    if params.resume and (done := effective_state(run_dir))[0] == "complete":   # e.g. a requeued job whose run had ended
+        if main:
+            _logger.warning(f"run {run_dir.name} is complete (step {done[1]}): nothing to resume; overwrite=True "
+                            "(CLI: --overwrite) trains it again")
+            release_run_lock(run_dir)
+        return run_dir, None
     checkpoint = last_checkpoint(run_dir) if params.resume else None
     stop = StopRequest()
     try:
+        examples = train_examples(params) if examples is None else examples
         set_seed(params.seed)                     # the LoRA initialisation is random
         model, processor, peft_config = load_for_training(params, config)
         from consistency_amp.world.prompts import blind_prompt_pair, make_prompt_pair
@@ -156,11 +172,20 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
     return run_dir, trainer
 
 # %% ../../nbs/43_train_entry.ipynb #b3602055
+def prepare_run(params: TrainParams) -> tuple:
+    "(run folder, trainer config) of a single process: `checked_before_run`, then `start_run`; (None, None) under torchrun, where `train_run` does both."
+    if world_size() > 1: return None, None
+    planned = run_path(params.name, params.runs_dir)
+    check_startable(planned, params.resume, params.overwrite)   # an existing or live run: refused at once
+    config = checked_before_run(params, planned)
+    return start_run(params), config
+
+
+# %% ../../nbs/43_train_entry.ipynb #07ac3e5e
 def run_training(params: TrainParams | dict | None = None, **overrides) -> Path:
     "Validate `params`, create the run folder, train, save the adapter; the run folder. Same code for every launcher."
     params = as_params(params, **overrides)
-    run_dir = start_run(params) if world_size() == 1 else None
-    return train_run(params, run_dir)[0]
+    return train_run(params, *prepare_run(params))[0]
 
 # %% ../../nbs/43_train_entry.ipynb #ba13882d
 def main(argv: list[str] | None = None) -> Path:
@@ -168,10 +193,10 @@ def main(argv: list[str] | None = None) -> Path:
     console_logging()
     try:                                          # bad parameters and existing runs: a message, not a traceback
         params = parse_args(argv)
-        run_dir = start_run(params) if world_size() == 1 else None
+        run_dir, config = prepare_run(params)
     except (ValueError, FileExistsError) as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    try: run_dir, trainer = train_run(params, run_dir)
+    try: run_dir, trainer = train_run(params, run_dir, config=config)
     except KeyboardInterrupt:                     # the second Ctrl-C: no traceback, the run is resumable
         if rank0: print(stopped_message(params, "SIGINT (twice: at once)", argv), file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
@@ -181,6 +206,10 @@ def main(argv: list[str] | None = None) -> Path:
         sys.exit(f"python -m consistency_amp.training.train: error: could not write {e.filename or 'a file'}: {e.strerror}. "
                  "Every file written before is intact (each is written under a temporary name, then renamed); make "
                  "room and continue with the same command and --resume")
+    if trainer is None:                            # --resume of a complete run: nothing was trained (train_run said so)
+        end_process_group()
+        if rank0: print(f"run folder: {run_dir}")
+        return run_dir
     signum, step = stop_signal_of(trainer), trainer.state.global_step
     del trainer                                    # its DDP model must go before the process group: end_process_group
     end_process_group()

@@ -18,8 +18,8 @@ from .train_params import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REW
                                                    TRAIN_TASKS, TrainParams, _coerce, as_params)
 
 # %% auto #0
-__all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'recipe', 'parse_args', 'resume_argv',
-           'stopped_message', 'end_process_group']
+__all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'typed_trl_values', 'recipe', 'parse_args',
+           'resume_argv', 'stopped_message', 'end_process_group']
 
 # %% ../../nbs/37_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -74,6 +74,33 @@ def split_trl_fields(values: dict, where: str) -> tuple[dict, dict]:
     return ({k: v for k, v in values.items() if k not in model_fields},
             {k: v for k, v in values.items() if k in model_fields and k != "model_name_or_path"})
 
+# %% ../../nbs/37_train_cli.ipynb #07cd7f4d
+def _takes(action) -> str:
+    if action.choices: return "one of " + ", ".join(map(str, action.choices))
+    return {int: "an integer", float: "a number"}.get(action.type, "true or false" if action.type.__name__ == "string_to_bool"
+                                                      else action.type.__name__)
+
+def _typed(action, value, where: str, key: str):
+    kind = action.type
+    if isinstance(value, str) and callable(kind) and kind is not str:
+        try: value = kind(value)
+        except (TypeError, ValueError, argparse.ArgumentTypeError): raise ValueError(f"{where}: {key} takes {_takes(action)}; got {value!r}") from None
+    elif kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float))):
+        raise ValueError(f"{where}: {key} takes {_takes(action)}; got {value!r}")
+    if action.choices and value not in action.choices: raise ValueError(f"{where}: {key} takes {_takes(action)}; got {value!r}")
+    return value
+
+def typed_trl_values(values: dict | None, where: str) -> dict:
+    "OTGRPOConfig and trl.ModelConfig `values` typed as TRL's parser types a flag ('1e-4' -> 0.0001, 'true' -> True); ValueError naming `where`, the field, the value and what it takes."
+    actions = {a.dest: a for a in trl_parser()._actions}
+    out = {}
+    for key, value in (values or {}).items():
+        action = actions.get(key)
+        if action is None or value is None or action.type is None: out[key] = value
+        elif action.nargs in ("+", "*") and isinstance(value, list): out[key] = [_typed(action, v, where, key) for v in value]
+        else: out[key] = _typed(action, value, where, key)
+    return out
+
 # %% ../../nbs/37_train_cli.ipynb #3b29edd0
 def recipe(path) -> dict:
     "The TrainParams fields of a YAML recipe, its OTGRPOConfig and trl.ModelConfig fields folded into `trainer_args`/`model_args`; its `env` set (TRL's convention). ValueError naming the file and any key of none of them."
@@ -87,7 +114,7 @@ def recipe(path) -> dict:
     for key, value in env.items(): os.environ[key] = str(value)
     names = {f.name for f in fields(TrainParams)}
     if "model_name_or_path" in values: values.setdefault("model", values.pop("model_name_or_path"))
-    trainer_args, model_args = split_trl_fields({k: v for k, v in values.items() if k not in names}, where)
+    trainer_args, model_args = split_trl_fields(typed_trl_values({k: v for k, v in values.items() if k not in names}, where), where)
     values = {k: v for k, v in values.items() if k in names}
     for key, extra in (("trainer_args", trainer_args), ("model_args", model_args)):
         if extra: values[key] = (_coerce(values.get(key), "json", key) or {}) | extra
