@@ -70,6 +70,18 @@ def test_cli_refuses_an_existing_run_before_importing_torch(two_process_run):
     assert time.perf_counter() - start < 30
 
 
+def test_torchrun_refuses_an_existing_run_in_every_process_alike(two_process_run):
+    "Each process refuses before joining the others: no rank goes on to wait for a peer that has left (gloo's errors)."
+    runs, _ = two_process_run
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "consistency_amp.training.train", *FLAGS,
+                           "--runs_dir", str(runs)], env=environment(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert proc.stderr.count(f"run directory {runs / NAME} already exists") == 2, proc.stderr[-4000:]
+    assert "gloo" not in proc.stderr.lower() and "Connection closed" not in proc.stderr, proc.stderr[-4000:]
+    assert read_run(runs / NAME).complete                              # untouched
+
+
 @pytest.mark.parametrize("flags,expected", [
     (["--task", "height"], "invalid choice: 'height' (choose from"),
     (["--pairing", "greedy"], "invalid choice: 'greedy'"),

@@ -173,10 +173,10 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
 
 # %% ../../nbs/43_train_entry.ipynb #b3602055
 def prepare_run(params: TrainParams) -> tuple:
-    "(run folder, trainer config) of a single process: `checked_before_run`, then `start_run`; (None, None) under torchrun, where `train_run` does both."
-    if world_size() > 1: return None, None
+    "(run folder, trainer config) of a single process: `check_startable`, `checked_before_run`, then `start_run`; under torchrun (None, None) after `check_startable`, and `train_run` does the rest."
     planned = run_path(params.name, params.runs_dir)
-    check_startable(planned, params.resume, params.overwrite)   # an existing or live run: refused at once
+    check_startable(planned, params.resume, params.overwrite)   # an existing or live run: refused at once, by every process alike
+    if world_size() > 1: return None, None
     config = checked_before_run(params, planned)
     return start_run(params), config
 
