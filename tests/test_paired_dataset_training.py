@@ -22,12 +22,12 @@ for a, b in [(7, 3), (2, 9), (5, 4), (1, 8)]:
     row = dict(prompt=[{"role": "user", "content": f"Is {a} larger than {b}?"}],
                prompt_augmented=[{"role": "user", "content": f"Is {b} larger than {a}?"}],   # the order swapped: opposite
                relation="opposite", answer_type="boolean")
-    if kind == "image":
+    if kind in ("image", "image-text-model"):
         image = Image.new("RGB", (64, 48), (a * 30, 0, b * 30))
         row.update(image=image, image_augmented=image.transpose(Image.FLIP_LEFT_RIGHT))
     rows.append(row)
 dataset = Dataset.from_list(rows)
-if kind == "text-model":                              # a causal LM without a vision tower: the tiny offline Qwen2
+if kind in ("text-model", "image-text-model"):       # a causal LM without a vision tower: the tiny offline Qwen2
     from consistency_amp.training.text_models import load_text_model
     model, processor = load_text_model()
 else: model, processor = load_model()                 # the tiny offline Qwen2.5-VL, LoRA on its language model
@@ -53,3 +53,15 @@ def test_a_hand_made_paired_dataset_trains_and_saves_an_adapter(kind, tmp_path):
     assert got["step"] == 2
     assert "adapter_model.safetensors" in got["files"] and "adapter_config.json" in got["files"]
     assert {"rewards/format/mean", "rewards/consistency/mean"} <= set(got["logged"])
+
+
+def test_image_pairs_with_a_text_model_are_refused_before_training(tmp_path):
+    "Its tokenizer reads no images: one error naming the columns at the trainer's construction, not TRL's KeyError mid-step."
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
+               CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, "image-text-model", str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode != 0
+    assert "the paired dataset has images (columns image, image_augmented), but the model's" in proc.stderr, proc.stderr[-3000:]
+    trace = proc.stderr.split("Traceback")[-1]
+    assert "training/trainer.py" in trace and "in __init__" in trace and "train()" not in trace, trace   # the constructor

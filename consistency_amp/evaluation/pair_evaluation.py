@@ -11,6 +11,7 @@ import numpy as np
 
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
 from .held_out import results_table
+from ..reward.paired_data import check_reads_images
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.trainer import PairedPromptDataset, pair_key
 
@@ -59,6 +60,7 @@ def summarize_pairs(records: list[dict]) -> list[dict]:
 def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 8,
                    verbose: bool = True) -> tuple[list[dict], list[dict]]:
     "Greedy answers of `model` to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed."
+    check_reads_images(processing_class, pairs)         # else the images would be left out of the prompts unsaid
     records = answer_pairs(GreedyDecoder(model, processing_class, max_new_tokens), pairs, batch_size)
     summary = summarize_pairs(records)
     if verbose: print(results_table(summary))

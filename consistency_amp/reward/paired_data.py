@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 import os
 from numbers import Real
+from pathlib import Path
 
 from ..core import check_choice
 from .verifiers import ANSWER_TYPES
 
 # %% auto #0
 __all__ = ['PAIR_COLUMNS', 'IMAGE_COLUMNS', 'TRUTH_COLUMNS', 'PAIR_RELATIONS', 'verifier_relation', 'check_pair_row',
-           'load_image', 'check_paired_dataset']
+           'load_image', 'check_paired_dataset', 'check_reads_images']
 
 # %% ../../nbs/07_paired_data.ipynb #1fee22c4
 PAIR_COLUMNS = ("prompt", "prompt_augmented", "relation", "answer_type")   # required
@@ -67,6 +68,14 @@ def _check_answers(row: dict, where: str) -> None:
             raise ValueError(f"{where}: ground_truth {row['ground_truth']} and ground_truth_augmented {row['ground_truth_augmented']} "
                              f"contradict relation {row['relation']!r}: T's effect on the answer is not what the row says")
 
+# %% ../../nbs/07_paired_data.ipynb #6719e1cd
+def _check_image(image, column: str, where: str) -> None:
+    "Raise unless `image` is a PIL image or the path of a file."
+    if isinstance(image, (str, os.PathLike)):
+        if not Path(image).is_file(): raise ValueError(f"{where}: column {column!r}: no image file at {os.fspath(image)!r}")
+    elif not hasattr(image, "convert"):
+        raise ValueError(f"{where}: column {column!r} must be a PIL image or a path; got {type(image).__name__}")
+
 # %% ../../nbs/07_paired_data.ipynb #73777469
 def check_pair_row(row: dict, index: int) -> dict:
     "Raise, naming the column and the row `index`, unless `row` is a valid pair row; the row."
@@ -77,9 +86,9 @@ def check_pair_row(row: dict, index: int) -> dict:
     conversational = {_check_prompt(row[c], c, where) for c in PAIR_COLUMNS[:2]}
     if _both_or_neither(row, IMAGE_COLUMNS, where):
         if conversational != {True}: raise ValueError(f"{where}: a pair with images needs conversational prompts (lists of messages)")
-        for c in IMAGE_COLUMNS:
-            if not isinstance(row[c], (str, os.PathLike)) and not hasattr(row[c], "convert"):
-                raise ValueError(f"{where}: column {c!r} must be a PIL image or a path; got {type(row[c]).__name__}")
+        for c in IMAGE_COLUMNS: _check_image(row[c], c, where)
+    if len(conversational) > 1:                            # TRL tokenises a batch's prompts in one format
+        raise ValueError(f"{where}: 'prompt' and 'prompt_augmented' must be in one format: both strings or both lists of messages")
     return row
 
 # %% ../../nbs/07_paired_data.ipynb #c3258e3b
@@ -90,10 +99,27 @@ def load_image(image):
     with Image.open(image) as im: return im.convert("RGB")
 
 # %% ../../nbs/07_paired_data.ipynb #708d252d
+def _check_stored_images(dataset, plain) -> None:
+    "Every row has images if the first one has (TRL batches them alike), and every image stored as a path names a file."
+    from datasets import Value
+    if not set(IMAGE_COLUMNS) <= set(dataset.column_names): return
+    for c in IMAGE_COLUMNS:
+        if not (isinstance(dataset.features[c], Value) and dataset.features[c].dtype in ("string", "large_string")): continue
+        for index, path in enumerate(plain[c]):
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"paired dataset row {index}: column {c!r}: no image file at {path!r}")
+    given_per_row = [not null for null in dataset.with_format("arrow")["image"].is_null().to_pylist()]   # nothing decoded
+    with_images = given_per_row[0]
+    for index, given in enumerate(given_per_row):
+        if given != with_images:
+            raise ValueError(f"paired dataset row {index}: {'no images, where row 0 has them' if with_images else 'images, where row 0 has none'}: "
+                             "give every row its images, or none")
+
+#| export
 _SCALARS = ("relation", "answer_type", *TRUTH_COLUMNS, "pair_id")
 
 def check_paired_dataset(dataset) -> None:
-    "Raise, naming the column and the row, unless `dataset` is a non-empty paired `datasets.Dataset`: its first row in full, every row's stored scalar columns."
+    "Raise, naming the column and the row, unless `dataset` is a non-empty paired `datasets.Dataset`: its first row in full, every row's stored scalar columns and image paths."
     from datasets import Dataset
     if not isinstance(dataset, Dataset):
         raise ValueError(f"a paired dataset is a datasets.Dataset with columns {list(PAIR_COLUMNS)}; got {type(dataset).__name__}")
@@ -104,3 +130,13 @@ def check_paired_dataset(dataset) -> None:
     for index in range(len(dataset)): _check_answers({c: v[index] for c, v in stored.items()}, f"paired dataset row {index}")
     if (ids := stored.get("pair_id")) is not None and len(set(ids)) != len(ids):
         raise ValueError(f"column 'pair_id' repeats {next(i for i in ids if ids.count(i) > 1)!r}: pair ids must be unique")
+    _check_stored_images(dataset, plain)
+
+# %% ../../nbs/07_paired_data.ipynb #1476a3f1
+def check_reads_images(processing_class, pairs) -> None:
+    "Raise, naming the columns, if `pairs` (a paired `datasets.Dataset`) has images and `processing_class` has no image processor."
+    if not set(IMAGE_COLUMNS) <= set(pairs.column_names) or all(pairs.with_format("arrow")["image"].is_null().to_pylist()): return
+    if getattr(processing_class, "image_processor", None) is None:
+        raise ValueError(f"the paired dataset has images (columns {', '.join(IMAGE_COLUMNS)}), but the model's "
+                         f"{type(processing_class).__name__} reads text only: give a vision-language model and its "
+                         "processor (consistency_amp.load_model), or leave the image columns out")

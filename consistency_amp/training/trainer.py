@@ -29,7 +29,7 @@ from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_
     out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
     without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
-    check_paired_dataset, load_image, verifier_relation)
+    check_paired_dataset, check_reads_images, load_image, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
 from ..world.spatial_pairs import spatial_pair_dataset
 from ..world.tasks import Example
@@ -301,6 +301,7 @@ class OTGRPOTrainer(GRPOTrainer):
                          train_dataset=placeholder, processing_class=processing_class, peft_config=peft_config,
                          callbacks=callbacks, optimizers=optimizers)
         self.train_dataset = paired
+        check_reads_images(self.processing_class, paired.pairs)   # image pairs and a text model's tokenizer: refused now
         # one slot per prompt of a generation batch, twice over: the current batch's images are never evicted
         self.image_cache = install_image_cache(self.model, 2 * args.generation_batch_size // args.num_generations) \
             if args.cache_image_features else None
