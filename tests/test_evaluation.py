@@ -315,7 +315,7 @@ def test_training_run_is_evaluated_with_its_adapter_and_data_root(tmp_path, monk
                   model_size="tiny", data_root=str(world), steps=1, num_generations=2, pairs_per_device=1,
                   learning_rate=1e-6, seed=0)
     run = create_run("depth-run", params, runs=tmp_path / "runs")
-    with pytest.raises(ValueError, match="is not complete"):
+    with pytest.raises(ValueError, match="has no adapter to evaluate"):
         rev.evaluate_run("depth-run", runs_dir=tmp_path / "runs", **quick())
     save_adapter(load_model(TINY_MODEL)[0], run / ADAPTER_DIR)
     write_status(run, "complete", 1)
@@ -356,3 +356,17 @@ def test_tiny_model_end_to_end(splits, capsys):
                   for d in r["draws"]]
         assert row["self_consistency"] == pytest.approx(np.mean(scores)) and row["consistency_pairs"] == len(group)
         assert math.isclose(row["format_rate"] + row["unparseable_rate"], 1.0)
+
+
+def test_the_command_refuses_a_missing_model_or_data_in_one_line_and_makes_no_run(tmp_path):
+    "A model folder that is not there leaves no evaluation-only run behind; a data root without Omni3D files is one line."
+    import os, subprocess, sys
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    empty = tmp_path / "empty-root"; empty.mkdir()
+    for args, expected in ((["--model", str(tmp_path / "no-model")], "does not exist"),
+                           (["--model", "tiny-qwen2.5-vl", "--data_root", str(empty)], "no SUNRGBD_{train,val,test}.json under")):
+        proc = subprocess.run([sys.executable, "-m", "consistency_amp.evaluation.evaluate", *args, "--runs_dir",
+                               str(tmp_path / "runs"), "--max_examples", "1"], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -70,13 +70,13 @@ class EvalArguments:
 
 # %% ../../nbs/52_evaluate.ipynb #5f3bd197
 def check_eval_arguments(self: EvalArguments) -> None:
-    "Reads empty strings as None and the switches' spellings as bools (`read_bool`: papermill passes `-p overwrite false` as a string), refuses a run given with a model's adapter or run name, a missing adapter or data root, and checks the evaluation parameters (`self.params`), the eval name and the backend."
+    "Reads empty strings as None and the switches' spellings as bools (`read_bool`: papermill passes `-p overwrite false` as a string), refuses a run given with a model, an adapter or a run name, a missing adapter or data root, and checks the evaluation parameters (`self.params`), the eval name and the backend."
     for f in ("run", "adapter", "run_name", "data_root", "eval_name", "runs_dir", "max_new_tokens"):
         setattr(self, f, _optional(getattr(self, f)))
     for f in ("overwrite", "examples"): setattr(self, f, read_bool(f, getattr(self, f)))
     if isinstance(self.max_examples, str) and self.max_examples.strip().lower() in ("", "none", "all"): self.max_examples = None
-    if self.run is not None and (self.adapter is not None or self.run_name is not None):
-        raise ValueError("give either run (a run to evaluate) or model with adapter/run_name, not both")
+    if self.run is not None and (self.adapter is not None or self.run_name is not None or self.model not in (None, "", DEFAULT_MODEL)):
+        raise ValueError("give either run (a run to evaluate: its own model) or model with adapter/run_name, not both")
     if self.run is None and _optional(self.model) is None: raise ValueError("give run or model")
     if self.adapter is not None and not (resolve_path(self.adapter) / "adapter_config.json").is_file():
         raise ValueError(f"adapter {self.adapter!r} is not an adapter folder (no adapter_config.json)")
@@ -84,7 +84,7 @@ def check_eval_arguments(self: EvalArguments) -> None:
         raise ValueError(f"data_root {self.data_root!r} is not a directory")
     sources = self.sources.split(",") if isinstance(self.sources, str) else self.sources
     tasks = self.tasks.split(",") if isinstance(self.tasks, str) and "," in self.tasks else self.tasks
-    tokens = self.max_new_tokens or (16 if self.evaluated_model == TINY_MODEL else DEFAULT_MAX_NEW_TOKENS)
+    tokens = self.max_new_tokens if self.max_new_tokens is not None else 16 if self.evaluated_model == TINY_MODEL else DEFAULT_MAX_NEW_TOKENS
     self.params = check_eval_params(tasks, [s.strip() for s in sources], self.max_examples, self.batch_size,
                                     self.consistency_samples, tokens, self.seed)
     self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
@@ -124,9 +124,9 @@ def main(argv: list[str] | None = None) -> Path:
 
 # %% ../../nbs/52_evaluate.ipynb #a7eebe76
 def cli(argv: list[str] | None = None) -> int:
-    "`main` for the console script `consistency-amp-evaluate`: bad parameters and existing files end in one line, exit 2."
+    "`main` for the console script `consistency-amp-evaluate`: bad parameters, existing results and missing data end in one line, exit 2."
     try: main(argv)
-    except (ValueError, FileExistsError) as e:
+    except (ValueError, FileExistsError, FileNotFoundError) as e:   # FileNotFoundError: no Omni3D files under data_root
         print(f"python -m consistency_amp.evaluation.evaluate: error: {e}", file=sys.stderr)
         return 2
     return 0

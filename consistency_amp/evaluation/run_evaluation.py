@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 from ..core import DEFAULT_MODEL, check_int
@@ -102,8 +103,9 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     record = read_run(path.parent.parent)
     if record.kind == "train":
         if not record.complete:
-            raise ValueError(f"run {record.name!r} is not complete (state {record.state!r}; missing {record.missing}): "
-                             "only a finished training run has the adapter to evaluate")
+            lacking = [m for m in record.missing if not m.startswith(f"{EVAL_DIR}/")]   # results are what this adds
+            raise ValueError(f"run {record.name!r} has no adapter to evaluate (state {record.state!r}; missing {lacking}): "
+                             "only a finished training run has one")
         adapter = record.adapter
     elif record.kind in ("base", "external"): adapter = record.params.get("adapter")
     else: raise ValueError(f"run {record.name!r}: params.json has kind {record.kind!r}, not one of train, base, external")
@@ -142,6 +144,8 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     if not isinstance(model, (str, os.PathLike)): raise ValueError(f"model must be a name or a folder, got {type(model).__name__}")
     _check_adapter(adapter)
+    from consistency_amp.training.models import resolve_model_path
+    resolve_model_path(model)                            # a folder that is not there: refused before its run folder exists
     kind = kind or model_kind(model, adapter)
     if kind not in ("base", "external"): raise ValueError(f"kind must be 'base' or 'external', got {kind!r}")
     name = run_name or model_run_name(model, adapter, kind)
@@ -164,5 +168,7 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
         return evaluate_run(folder, eval_name, overwrite=overwrite, data_root=data_root, device=device,
                             progress=progress, examples=examples, backend=backend, **p)
     except BaseException as e:
-        if created: write_status(folder, "failed", 0, error=f"{type(e).__name__}: {e}")
+        if created and process_group()[0] == 0:
+            if any((folder / EVAL_DIR).glob("*.json")): write_status(folder, "failed", 0, error=f"{type(e).__name__}: {e}")
+            else: shutil.rmtree(folder, ignore_errors=True)   # made by this call, holding no result: no empty run left behind
         raise
