@@ -5,6 +5,8 @@
 # %% ../../nbs/31_runs.ipynb #7aea2291
 from __future__ import annotations
 
+import logging
+
 import json
 import math
 import os
@@ -25,11 +27,11 @@ from .run_lock import (acquire_run_lock, describe_writer, holds_run_lock, releas
 __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADAPTER_DIR', 'CHECKPOINTS_DIR', 'EVAL_DIR',
            'ADAPTER_WEIGHTS', 'ADAPTER_CONFIG', 'RUN_KINDS', 'RUN_STATES', 'PARAM_KEYS', 'TRAIN_REQUIRED_KEYS',
            'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'CHECKPOINT_RE', 'TRAINER_STATE_FILE',
-           'OPERATIONAL_KEYS', 'LATER_PARAMS', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'runs_dir',
-           'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl', 'truncate_train_log',
-           'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag', 'run_name', 'checkpoints',
-           'checkpoint_step', 'last_checkpoint', 'effective_state', 'run_path', 'write_status', 'check_startable',
-           'create_run', 'is_step_log', 'train_log_record']
+           'OPERATIONAL_KEYS', 'LATER_PARAMS', 'RECORDED_ON_RESUME', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS',
+           'SUMMARY_KEYS', 'runs_dir', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl',
+           'truncate_train_log', 'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag',
+           'run_name', 'checkpoints', 'checkpoint_step', 'last_checkpoint', 'effective_state', 'run_path',
+           'write_status', 'check_startable', 'create_run', 'is_step_log', 'train_log_record']
 
 # %% ../../nbs/31_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -46,7 +48,7 @@ TRAIN_REQUIRED_KEYS = ("task", "source", "reward", "model", "steps", "num_genera
 # decoding (pillow) and the optional accelerators (None where not installed)
 VERSIONED_PACKAGES = ("consistency_amp", "torch", "transformers", "trl", "peft", "accelerate", "tokenizers", "safetensors",
                       "datasets", "numpy", "scipy", "POT", "pillow", "deepspeed", "vllm")
-METADATA_KEYS = ("versions", "git_commit", "git_dirty", "created_at", "resumed_at")
+METADATA_KEYS = ("versions", "git_commit", "git_dirty", "created_at", "resumed_at", "changed_on_resume")
 RUNS_ENV = "CONSISTENCY_AMP_RUNS"
 
 # %% ../../nbs/31_runs.ipynb #fae2958b
@@ -358,6 +360,8 @@ def _new_run(path: Path, params: dict, locked: bool, overwrite: bool) -> Path:
 
 # %% ../../nbs/31_runs.ipynb #1e714b1e
 LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None}   # training parameters added after runs were first written: absent means this value
+# operational settings that change how the rest of a run trains (a resume may change them): params.json keeps what is in force
+RECORDED_ON_RESUME = ("trainer_args", "gradient_checkpointing", "save_steps", "keep_checkpoints")
 
 def _resume_run(path: Path, params: dict) -> Path:
     if not (path / PARAMS_FILE).is_file():
@@ -375,7 +379,13 @@ def _resume_run(path: Path, params: dict) -> Path:
         raise ValueError(f"cannot resume {path} with different parameters ({detail}). Resume with the stored "
                          f"parameters, or use another run name, or overwrite=True")
     if effective_state(path)[0] == "complete": return path   # nothing to continue: left as it is (training says so)
-    write_json(path / PARAMS_FILE, stored | {"resumed_at": stored.get("resumed_at", []) + [utc_now()]})
+    now, given = utc_now(), jsonable(params)
+    update = {"resumed_at": stored.get("resumed_at", []) + [now]}
+    if before := {k: stored.get(k) for k in RECORDED_ON_RESUME if k in given and given[k] != stored.get(k)}:
+        logging.getLogger(__name__).warning(f"resuming {path.name} with " + "; ".join(f"{k} {given[k]!r} (was {v!r})" for k, v in before.items())
+                                            + f": {PARAMS_FILE} records the new values and, under changed_on_resume, the old")
+        update |= {k: given[k] for k in before} | {"changed_on_resume": stored.get("changed_on_resume", []) + [{"at": now, "before": before}]}
+    write_json(path / PARAMS_FILE, stored | update)
     for sub in (CHECKPOINTS_DIR, EVAL_DIR): (path / sub).mkdir(exist_ok=True)
     (path / TRAIN_LOG_FILE).touch()
     write_status(path, "running", max_steps=params.get("steps"), writer=this_process())

@@ -97,10 +97,22 @@ def load_for_training(params: TrainParams, config):
 # %% ../../nbs/43_train_entry.ipynb #044915fa
 def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
     "The run's trainer config, built, and its model found (a spatial base built if needed), before the run folder exists; ValueError naming a setting TRL or the loader refuses."
+    import difflib
+    from dataclasses import fields
+    from trl.import_utils import is_vllm_available
     from consistency_amp.training.models import resolve_model_path
+    from consistency_amp.training.trainer import OTGRPOConfig
     load_kwargs(typed_trl_values(params.model_args, "model_args"))
+    known = [f.name for f in fields(OTGRPOConfig)]
+    for name in set(params.trainer_args or {}) - set(known):
+        close = difflib.get_close_matches(name, known, n=1)
+        raise ValueError(f"trainer_args: {name!r} is not an OTGRPOConfig field" + (f"; did you mean {close[0]!r}?" if close else
+                         " (--help_all lists them)"))
     try: config = trainer_config(params, run_dir)
     except TypeError as e: raise ValueError(f"trainer_args {params.trainer_args!r}: {e}") from None   # TRL's checks meet a wrong type
+    if getattr(config, "use_vllm", False) and not is_vllm_available():   # else TRL says so after the model has loaded
+        raise ValueError('use_vllm=True needs vLLM, which is not installed here: pip install "consistency_amp[vllm]" on a GPU '
+                         "machine, or leave use_vllm out")
     resolve_model_path(params.model)
     return config
 

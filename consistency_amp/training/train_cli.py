@@ -106,8 +106,9 @@ def recipe(path) -> dict:
     "The TrainParams fields of a YAML recipe, its OTGRPOConfig and trl.ModelConfig fields folded into `trainer_args`/`model_args`; its `env` set (TRL's convention). ValueError naming the file and any key of none of them."
     import yaml
     path, where = resolve_path(path), f"--config {os.fspath(path)!r}"
-    if not path.is_file(): raise ValueError(f"{where}: no such file")
-    values = yaml.safe_load(path.read_text()) or {}
+    if not path.is_file(): raise ValueError(f"{where}: {'a folder, not a recipe file' if path.is_dir() else 'no such file'}")
+    try: values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e: raise ValueError(f"{where}: not valid YAML: {e}") from None
     if not isinstance(values, dict): raise ValueError(f"{where}: expected a mapping of TrainParams fields")
     env = values.pop("env", None) or {}
     if not isinstance(env, dict): raise ValueError(f"{where}: env must be a mapping of environment variables; got {env!r}")
