@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..core import SCALES
 from .launcher import ACCELERATE_CONFIG, launch_missing, LAUNCHERS, missing_runs
-from .manifest import EXTERNAL_BASELINES
+from .manifest import check_figures, EXTERNAL_BASELINES, manifest
 from .results import results_table
 from .status import manifest_status, status_summary
 from ..training.runs import runs_dir as resolve_runs_dir
@@ -60,22 +60,35 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
+# %% ../../nbs/57_registry.ipynb #5513335f
+def _print_table(a, margs: dict) -> int:
+    "`table`: every evaluated run under the runs folder, or with --figures the runs those figures read at --scale."
+    table = results_table(a.runs_dir)
+    if a.figures is not None:
+        needs = manifest(a.scale, **margs).figures
+        table = table[table["run"].isin({name for f in check_figures(a.figures) for name in needs[f]["needs"]})]
+    if a.csv:
+        try: table.to_csv(a.csv, index=False)
+        except OSError as e: raise ValueError(f"--csv {a.csv}: cannot write it ({e.strerror or e})") from None
+        print(f"wrote {a.csv}")
+    if table.empty:   # rather than pandas' "Empty DataFrame" and two dozen column names
+        print(f"no evaluated runs{' of ' + a.figures if a.figures else ''} in {resolve_runs_dir(a.runs_dir)}: "
+              "`launch` trains and evaluates the missing ones")
+        return 0
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_columns", 30):
+        print(table.drop(columns=["path", "model"]).to_string(index=False))
+    return 0
+
 # %% ../../nbs/57_registry.ipynb #00c5e7e7
 def main(argv: list[str] | None = None) -> int:
     "Entry point of `python -m consistency_amp.grid.registry`; the exit status (1 when a launched run failed)."
     a = argument_parser().parse_args(argv)
-    if a.command == "table":
-        table = results_table(a.runs_dir)
-        if a.csv: table.to_csv(a.csv, index=False); print(f"wrote {a.csv}")
-        if table.empty:   # rather than pandas' "Empty DataFrame" and two dozen column names
-            print(f"no evaluated runs in {resolve_runs_dir(a.runs_dir)}: `launch` trains and evaluates the missing ones")
-            return 0
-        with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_columns", 30):
-            print(table.drop(columns=["path", "model"]).to_string(index=False))
-        return 0
     overrides = {k: v for k, v in dict(steps=a.steps, joint_steps=a.joint_steps, max_examples=a.max_examples).items()
                  if v is not None}
     margs = dict(data_root=a.data_root, external_models=_external_models(a.external, a.externals), **overrides)
+    if a.command == "table": return _print_table(a, margs)
+    if a.command in ("status", "missing") and not (runs := resolve_runs_dir(a.runs_dir)).is_dir():
+        print(f"(no runs folder {runs} yet: every run is missing)")   # a mistyped --runs-dir shows here
     if a.command == "status":
         st = manifest_status(a.scale, a.runs_dir, figures=a.figures, **margs)
         print(status_summary(st, a.scale, a.figures))
