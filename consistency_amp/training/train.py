@@ -197,7 +197,8 @@ def prepare_run(params: TrainParams) -> tuple:
 def run_training(params: TrainParams | dict | None = None, **overrides) -> Path:
     "Validate `params`, create the run folder, train, save the adapter; the run folder. Same code for every launcher."
     params = as_params(params, **overrides)
-    return train_run(params, *prepare_run(params))[0]
+    run_dir, config = prepare_run(params)
+    return train_run(params, run_dir, config=config)[0]
 
 # %% ../../nbs/43_train_entry.ipynb #ba13882d
 def main(argv: list[str] | None = None) -> Path:
