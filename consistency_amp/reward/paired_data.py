@@ -68,7 +68,7 @@ def _check_answers(row: dict, where: str) -> None:
             raise ValueError(f"{where}: ground_truth {row['ground_truth']} and ground_truth_augmented {row['ground_truth_augmented']} "
                              f"contradict relation {row['relation']!r}: T's effect on the answer is not what the row says")
 
-# %% ../../nbs/07_paired_data.ipynb #f9234c50
+# %% ../../nbs/07_paired_data.ipynb #25d3fd12
 def _check_image(image, column: str, where: str) -> None:
     "Raise unless `image` is a PIL image or the path of a file."
     if isinstance(image, (str, os.PathLike)):
@@ -132,7 +132,7 @@ def check_paired_dataset(dataset) -> None:
         raise ValueError(f"column 'pair_id' repeats {next(i for i in ids if ids.count(i) > 1)!r}: pair ids must be unique")
     _check_stored_images(dataset, plain)
 
-# %% ../../nbs/07_paired_data.ipynb #a3804a13
+# %% ../../nbs/07_paired_data.ipynb #9995c1bc
 def check_reads_images(processing_class, pairs) -> None:
     "Raise, naming the columns, if `pairs` (a paired `datasets.Dataset`) has images and `processing_class` has no image processor."
     if not set(IMAGE_COLUMNS) <= set(pairs.column_names) or all(pairs.with_format("arrow")["image"].is_null().to_pylist()): return
