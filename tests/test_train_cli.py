@@ -6,7 +6,7 @@
 * A flag TrainParams sets under its own name, or a ModelConfig field the loader cannot honour, exits with a message
   that names it, before anything is created.
 * So does a setting TRL refuses only when its config is built (a recipe value of the wrong type, an unknown
-  scheduler) and a model folder that is not there: one error line, no traceback, no run folder.
+  scheduler), a model folder that is not there and a damaged data file: one error line, no traceback, no run folder.
 """
 import json
 import os
@@ -55,10 +55,13 @@ def test_bad_flags_exit_with_their_names_and_create_nothing(tmp_path):
 def test_settings_refused_by_trl_or_the_loader_exit_before_the_run_folder(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("steps: 1\ngradient_accumulation_steps: x\n")
+    damaged = tmp_path / "damaged-root"; damaged.mkdir()
+    (damaged / "SUNRGBD_train.json").write_text('{"info": {"name": "SUN')          # cut short, as by a failed download
     for args, expected in ((["--config", str(recipe)], f"--config '{recipe}': gradient_accumulation_steps takes an integer; got 'x'"),
                            (["--trainer_args", '{"gradient_accumulation_steps": "x"}'], "gradient_accumulation_steps takes an integer"),
                            (["--trainer_args", '{"lr_scheduler_type": "bogus"}'], "lr_scheduler_type takes one of"),
-                           (["--model", str(tmp_path / "no-model")], "does not exist")):
+                           (["--model", str(tmp_path / "no-model")], "does not exist"),
+                           (["--data_root", str(damaged)], f"{damaged / 'SUNRGBD_train.json'}: not valid JSON")):
         done = run(args, tmp_path, timeout=300)
         assert done.returncode == 1 and expected in done.stderr and "Traceback" not in done.stderr, (args, done.stderr[-2000:])
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -135,6 +135,7 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
     cpu_threads()
     planned = run_path(params.name, params.runs_dir) if run_dir is None else Path(run_dir)
     config = checked_before_run(params, planned) if config is None else config
+    examples = train_examples(params) if examples is None else examples   # before the run folder (under torchrun: by each)
     if run_dir is None:                           # the main process creates the run, the others wait for it
         with config.main_process_first(local=False, desc="creating the run folder"):
             if config.process_index == 0: start_run(params)
@@ -149,7 +150,6 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
     checkpoint = last_checkpoint(run_dir) if params.resume else None
     stop = StopRequest()
     try:
-        examples = train_examples(params) if examples is None else examples
         set_seed(params.seed)                     # the LoRA initialisation is random
         model, processor, peft_config = load_for_training(params, config)
         from consistency_amp.world.prompts import blind_prompt_pair, make_prompt_pair
@@ -185,20 +185,21 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
 
 # %% ../../nbs/43_train_entry.ipynb #b3602055
 def prepare_run(params: TrainParams) -> tuple:
-    "(run folder, trainer config) of a single process: `check_startable`, `checked_before_run`, then `start_run`; under torchrun (None, None) after `check_startable`, and `train_run` does the rest."
+    "(run folder, trainer config, training examples) of a single process: `check_startable`, `checked_before_run`, `train_examples`, then `start_run`; under torchrun (None, None, None) after `check_startable`, and `train_run` does the rest."
     planned = run_path(params.name, params.runs_dir)
     check_startable(planned, params.resume, params.overwrite)   # an existing or live run: refused at once, by every process alike
-    if world_size() > 1: return None, None
+    if world_size() > 1: return None, None, None
     config = checked_before_run(params, planned)
-    return start_run(params), config
+    examples = train_examples(params)                          # a damaged data file: named before the run folder exists
+    return start_run(params), config, examples
 
 
 # %% ../../nbs/43_train_entry.ipynb #07ac3e5e
 def run_training(params: TrainParams | dict | None = None, **overrides) -> Path:
     "Validate `params`, create the run folder, train, save the adapter; the run folder. Same code for every launcher."
     params = as_params(params, **overrides)
-    run_dir, config = prepare_run(params)
-    return train_run(params, run_dir, config=config)[0]
+    run_dir, config, examples = prepare_run(params)
+    return train_run(params, run_dir, examples, config)[0]
 
 # %% ../../nbs/43_train_entry.ipynb #ba13882d
 def main(argv: list[str] | None = None) -> Path:
@@ -206,10 +207,10 @@ def main(argv: list[str] | None = None) -> Path:
     console_logging()
     try:                                          # bad parameters and existing runs: a message, not a traceback
         params = parse_args(argv)
-        run_dir, config = prepare_run(params)
+        run_dir, config, examples = prepare_run(params)
     except (ValueError, FileExistsError) as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    try: run_dir, trainer = train_run(params, run_dir, config=config)
+    try: run_dir, trainer = train_run(params, run_dir, examples, config)
     except KeyboardInterrupt:                     # the second Ctrl-C: no traceback, the run is resumable
         if rank0: print(stopped_message(params, "SIGINT (twice: at once)", argv), file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
