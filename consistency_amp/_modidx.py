@@ -510,6 +510,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                            'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data._check_image': ( 'paired_data.html#_check_image',
                                                                                                          'consistency_amp/reward/paired_data.py'),
+                                                    'consistency_amp.reward.paired_data._check_image_places': ( 'paired_data.html#_check_image_places',
+                                                                                                                'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data._check_prompt': ( 'paired_data.html#_check_prompt',
                                                                                                           'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data._check_stored_images': ( 'paired_data.html#_check_stored_images',

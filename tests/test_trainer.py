@@ -121,8 +121,12 @@ def test_dataset_bad_input(examples, world):
     with pytest.raises(ValueError, match=f"label_noise flips boolean labels; row {len(examples)} has a numeric answer"):
         PairedPromptDataset(spatial_pair_dataset(examples + counting), reward="accuracy", label_noise=0.2)
     unlabelled = Dataset.from_list([dict(prompt="Is 2 > 1?", prompt_augmented="Is 1 > 2?", relation="opposite", answer_type="boolean")] * 2)
+    with pytest.raises(ValueError, match="reward='accuracy' needs the labels, columns ground_truth and ground_truth_augmented"):
+        PairedPromptDataset(unlabelled, reward="accuracy")                 # no label column at all: at construction
+    partly = Dataset.from_list([dict(unlabelled[0], ground_truth=None, ground_truth_augmented=None),
+                                dict(unlabelled[0], ground_truth=True, ground_truth_augmented=False)])
     with pytest.raises(ValueError, match="row 0: reward='accuracy' needs the columns ground_truth"):
-        PairedPromptDataset(unlabelled, reward="accuracy")[0]
+        PairedPromptDataset(partly, reward="accuracy")[0]                  # a row without its labels: when it is read
 
 
 def test_trainer_bad_input(examples, model_and_processor):

@@ -14,8 +14,8 @@ from ..core import check_choice
 from .verifiers import ANSWER_TYPES
 
 # %% auto #0
-__all__ = ['PAIR_COLUMNS', 'IMAGE_COLUMNS', 'TRUTH_COLUMNS', 'PAIR_RELATIONS', 'verifier_relation', 'check_pair_row',
-           'load_image', 'check_paired_dataset', 'check_reads_images']
+__all__ = ['PAIR_COLUMNS', 'IMAGE_COLUMNS', 'TRUTH_COLUMNS', 'PAIR_RELATIONS', 'MESSAGE_ROLES', 'verifier_relation',
+           'check_pair_row', 'load_image', 'check_paired_dataset', 'check_reads_images']
 
 # %% ../../nbs/07_paired_data.ipynb #1fee22c4
 PAIR_COLUMNS = ("prompt", "prompt_augmented", "relation", "answer_type")   # required
@@ -32,6 +32,8 @@ def verifier_relation(relation: str, answer_type: str) -> str:
     return "numeric" if answer_type == "numeric" else relation
 
 # %% ../../nbs/07_paired_data.ipynb #b4cea2fa
+MESSAGE_ROLES = ("system", "user", "assistant", "tool")   # the roles of TRL's conversational format
+
 def _check_prompt(prompt, column: str, where: str) -> bool:
     "Raise unless `prompt` is TRL's plain (a non-empty string) or conversational format; whether it is conversational."
     if isinstance(prompt, str):
@@ -40,6 +42,8 @@ def _check_prompt(prompt, column: str, where: str) -> bool:
     if not isinstance(prompt, list) or not prompt or not all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
         raise ValueError(f"{where}: column {column!r} must be a string or a list of messages with 'role' and 'content'; "
                          f"got {type(prompt).__name__} {str(prompt)[:80]!r}")
+    if bad := [m["role"] for m in prompt if m["role"] not in MESSAGE_ROLES]:
+        raise ValueError(f"{where}: column {column!r}: role {bad[0]!r} is not one of {', '.join(MESSAGE_ROLES)}")
     return True
 
 def _check_truth(value, answer_type: str, column: str, where: str) -> None:
@@ -76,6 +80,16 @@ def _check_image(image, column: str, where: str) -> None:
     elif not hasattr(image, "convert"):
         raise ValueError(f"{where}: column {column!r} must be a PIL image or a path; got {type(image).__name__}")
 
+def _check_image_places(prompt: list, column: str, where: str) -> None:
+    "A prompt given as content parts must hold one image placeholder for the pair's image (TRL fills it)."
+    if not any(isinstance(m["content"], list) for m in prompt): return      # strings: TRL places the image itself
+    places = sum(isinstance(p, dict) and p.get("type") == "image" and p.get("image") is None
+                 for m in prompt if isinstance(m["content"], list) for p in m["content"])
+    if places != 1:
+        raise ValueError(f"{where}: column {column!r} holds {places} image placeholders ({{'type': 'image'}} parts) for the "
+                         "pair's one image: give one, or give each message's content as a string (the image then goes "
+                         "before the first user message)")
+
 # %% ../../nbs/07_paired_data.ipynb #73777469
 def check_pair_row(row: dict, index: int) -> dict:
     "Raise, naming the column and the row `index`, unless `row` is a valid pair row; the row."
@@ -87,6 +101,7 @@ def check_pair_row(row: dict, index: int) -> dict:
     if _both_or_neither(row, IMAGE_COLUMNS, where):
         if conversational != {True}: raise ValueError(f"{where}: a pair with images needs conversational prompts (lists of messages)")
         for c in IMAGE_COLUMNS: _check_image(row[c], c, where)
+        for c in PAIR_COLUMNS[:2]: _check_image_places(row[c], c, where)
     if len(conversational) > 1:                            # TRL tokenises a batch's prompts in one format
         raise ValueError(f"{where}: 'prompt' and 'prompt_augmented' must be in one format: both strings or both lists of messages")
     return row

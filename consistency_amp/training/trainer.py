@@ -178,6 +178,9 @@ class PairedPromptDataset(Dataset):
                  cache_size: int = 256):
         check_paired_dataset(pairs)
         check_choice("reward", reward, REWARDS)
+        if reward == "accuracy" and not set(TRUTH_COLUMNS) <= set(pairs.column_names) and pairs.format["type"] != "custom":
+            raise ValueError(f"reward='accuracy' needs the labels, columns {' and '.join(TRUTH_COLUMNS)}; the paired dataset "
+                             "has no such columns: add them, or train with reward='consistency' (no labels)")   # rows built when read: checked then
         if label_noise > 0 and reward != "accuracy": raise ValueError(f"label_noise needs reward='accuracy'; got reward={reward!r}")
         self.pairs, self.reward, self.label_noise, self.label_noise_seed = pairs, reward, label_noise, label_noise_seed
         self._cache, self.cache_size = OrderedDict(), cache_size
