@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from consistency_amp.training.runs import ADAPTER_WEIGHTS, read_json, read_jsonl, REQUIRED_LOG_FIELDS
+from consistency_amp.training.run_callback import REQUIRED_LOG_FIELDS
+from consistency_amp.training.runs import ADAPTER_WEIGHTS, read_json, read_jsonl
 from consistency_amp.training.run_records import read_run
 
 REPO = Path(__file__).resolve().parents[1]

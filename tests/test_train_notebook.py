@@ -22,8 +22,8 @@ import nbformat
 import papermill as pm
 import pytest
 
-from consistency_amp.training.runs import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, PARAM_KEYS, read_json, read_jsonl,
-                                           REQUIRED_LOG_FIELDS)
+from consistency_amp.training.run_callback import REQUIRED_LOG_FIELDS
+from consistency_amp.training.runs import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PARAM_KEYS, read_json, read_jsonl
 from consistency_amp.training.run_records import read_run
 from consistency_amp.training.train import TrainParams
 

@@ -12,12 +12,39 @@ import time
 from functools import cache
 from pathlib import Path
 
-from .runs import (append_jsonl, is_step_log, jsonable, SUMMARY_KEYS, TRAIN_LOG_FILE,
-                                           train_log_record, truncate_train_log, write_status)
+from .runs import append_jsonl, jsonable, TRAIN_LOG_FILE, truncate_train_log, write_status
 
 # %% auto #0
-__all__ = ['STOP_SIGNALS', 'TrainLogWriter', 'run_callback_class', 'run_callback', 'StopRequest', 'agreed_signal',
-           'stop_signal_of']
+__all__ = ['LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'STOP_SIGNALS', 'is_step_log', 'train_log_record',
+           'TrainLogWriter', 'run_callback_class', 'run_callback', 'StopRequest', 'agreed_signal', 'stop_signal_of']
+
+# %% ../../nbs/33_run_callback.ipynb #a30913e3
+LOG_FIELDS = {  # contract field: the TRL / OTGRPOTrainer metrics it is read from, first present wins
+    "reward": ("reward",),
+    "reward_format": ("rewards/format/mean",),
+    "reward_consistency": ("rewards/consistency/mean", "answers/consistency"),
+    "reward_accuracy": ("answers/accuracy", "rewards/accuracy/mean"),
+    "unparseable_rate": ("answers/unparseable",),
+    "loss": ("loss",),
+    "learning_rate": ("learning_rate",),
+}
+REQUIRED_LOG_FIELDS = ("step", "reward", "reward_format", "reward_consistency", "unparseable_rate", "loss",
+                       "step_time_s", "learning_rate")
+SUMMARY_KEYS = ("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second")
+
+def is_step_log(logs: dict) -> bool:
+    "Whether Trainer `logs` are a training step's (not the end-of-training summary or an evaluation)."
+    return "loss" in logs and not any(k in logs for k in SUMMARY_KEYS) and not any(k.startswith("eval_") for k in logs)
+
+# %% ../../nbs/33_run_callback.ipynb #406cc5d4
+def train_log_record(logs: dict, step: int, step_time_s: float | None = None) -> dict:
+    "The train_log.jsonl line of optimizer step `step` from the Trainer's `logs`: contract fields, then TRL's keys."
+    record = {"step": int(step)}
+    for name, sources in LOG_FIELDS.items():
+        record[name] = next((logs[k] for k in sources if k in logs and logs[k] is not None), None)
+    record["step_time_s"] = None if step_time_s is None else round(float(step_time_s), 4)
+    record.update({k: v for k, v in logs.items() if k not in record})
+    return jsonable(record)
 
 # %% ../../nbs/33_run_callback.ipynb #9a485d21
 class TrainLogWriter:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from .run_lock import run_is_live
 from .runs import (ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, checkpoint_step, checkpoints, EVAL_DIR,
-                                           PARAMS_FILE, read_json, read_jsonl, REQUIRED_LOG_FIELDS, RUN_STATES,
-                                           runs_dir, STATUS_FILE, TRAIN_LOG_FILE)
+                                           PARAMS_FILE, read_json, read_jsonl, RUN_STATES, runs_dir, STATUS_FILE,
+                                           TRAIN_LOG_FILE)
+from .run_callback import REQUIRED_LOG_FIELDS   # light: transformers is imported on use
 
 # %% auto #0
 __all__ = ['RUN_FILES', 'RunRecord', 'read_run', 'list_runs']

@@ -27,11 +27,10 @@ from .run_lock import (acquire_run_lock, describe_writer, holds_run_lock, releas
 __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADAPTER_DIR', 'CHECKPOINTS_DIR', 'EVAL_DIR',
            'ADAPTER_WEIGHTS', 'ADAPTER_CONFIG', 'RUN_KINDS', 'RUN_STATES', 'PARAM_KEYS', 'TRAIN_REQUIRED_KEYS',
            'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'CHECKPOINT_RE', 'TRAINER_STATE_FILE',
-           'OPERATIONAL_KEYS', 'LATER_PARAMS', 'RECORDED_ON_RESUME', 'LOG_FIELDS', 'REQUIRED_LOG_FIELDS',
-           'SUMMARY_KEYS', 'runs_dir', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl',
-           'truncate_train_log', 'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag',
-           'run_name', 'checkpoints', 'checkpoint_step', 'last_checkpoint', 'effective_state', 'run_path',
-           'write_status', 'check_startable', 'create_run', 'is_step_log', 'train_log_record']
+           'OPERATIONAL_KEYS', 'LATER_PARAMS', 'RECORDED_ON_RESUME', 'runs_dir', 'jsonable', 'write_json', 'read_json',
+           'append_jsonl', 'read_jsonl', 'truncate_train_log', 'package_versions', 'git_commit', 'provenance',
+           'check_run_name', 'model_tag', 'run_name', 'checkpoints', 'checkpoint_step', 'last_checkpoint',
+           'effective_state', 'run_path', 'write_status', 'check_startable', 'create_run']
 
 # %% ../../nbs/31_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -390,31 +389,3 @@ def _resume_run(path: Path, params: dict) -> Path:
     (path / TRAIN_LOG_FILE).touch()
     write_status(path, "running", max_steps=params.get("steps"), writer=this_process())
     return path
-
-# %% ../../nbs/31_runs.ipynb #a30913e3
-LOG_FIELDS = {  # contract field: the TRL / OTGRPOTrainer metrics it is read from, first present wins
-    "reward": ("reward",),
-    "reward_format": ("rewards/format/mean",),
-    "reward_consistency": ("rewards/consistency/mean", "answers/consistency"),
-    "reward_accuracy": ("answers/accuracy", "rewards/accuracy/mean"),
-    "unparseable_rate": ("answers/unparseable",),
-    "loss": ("loss",),
-    "learning_rate": ("learning_rate",),
-}
-REQUIRED_LOG_FIELDS = ("step", "reward", "reward_format", "reward_consistency", "unparseable_rate", "loss",
-                       "step_time_s", "learning_rate")
-SUMMARY_KEYS = ("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second")
-
-def is_step_log(logs: dict) -> bool:
-    "Whether Trainer `logs` are a training step's (not the end-of-training summary or an evaluation)."
-    return "loss" in logs and not any(k in logs for k in SUMMARY_KEYS) and not any(k.startswith("eval_") for k in logs)
-
-# %% ../../nbs/31_runs.ipynb #406cc5d4
-def train_log_record(logs: dict, step: int, step_time_s: float | None = None) -> dict:
-    "The train_log.jsonl line of optimizer step `step` from the Trainer's `logs`: contract fields, then TRL's keys."
-    record = {"step": int(step)}
-    for name, sources in LOG_FIELDS.items():
-        record[name] = next((logs[k] for k in sources if k in logs and logs[k] is not None), None)
-    record["step_time_s"] = None if step_time_s is None else round(float(step_time_s), 4)
-    record.update({k: v for k, v in logs.items() if k not in record})
-    return jsonable(record)
