@@ -100,9 +100,10 @@ def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
     import difflib
     from dataclasses import fields
     from trl.import_utils import is_vllm_available
-    from consistency_amp.training.models import resolve_model_path
+    from consistency_amp.training.models import LORA_ALPHA, LORA_DROPOUT, LORA_R, lora_config, resolve_model_path
     from consistency_amp.training.trainer import OTGRPOConfig
-    load_kwargs(typed_trl_values(params.model_args, "model_args"))
+    kw = load_kwargs(typed_trl_values(params.model_args, "model_args"))
+    lora_config(kw.get("lora_r", LORA_R), kw.get("lora_alpha", LORA_ALPHA), kw.get("lora_dropout", LORA_DROPOUT))   # r, alpha, dropout
     known = [f.name for f in fields(OTGRPOConfig)]
     for name in set(params.trainer_args or {}) - set(known):
         close = difflib.get_close_matches(name, known, n=1)
