@@ -32,6 +32,7 @@ def executed(tmp_path_factory):
     "Run the notebook once: returns (out_dir, executed notebook path)."
     tmp = tmp_path_factory.mktemp("figures_notebook")
     out_dir, executed_nb = tmp / "figures", tmp / "figures-executed.ipynb"
+    (tmp / "runs").mkdir()
     pm.execute_notebook(str(NOTEBOOK), str(executed_nb), kernel_name="python3", cwd=str(tmp), progress_bar=False,
                         parameters={"out_dir": str(out_dir), "runs_dir": str(tmp / "runs")})
     return out_dir, executed_nb
@@ -45,6 +46,15 @@ def test_notebook_is_skipped_by_nbdev_and_parametrised():
     assert len(tagged) == 1 and 'out_dir = "../figures"' in tagged[0].source and 'runs_dir = "../runs"' in tagged[0].source
     for line in ('scale = "mini"', "data_root = None", "real_samples = None"): assert line in tagged[0].source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "nbs/figures.ipynb is stored unexecuted"
+
+
+def test_a_runs_dir_that_is_not_there_stops_before_any_figure(tmp_path):
+    "A mistyped runs_dir must not redraw every figure as missing (by default over the stored figures)."
+    with pytest.raises(pm.PapermillExecutionError) as error:
+        pm.execute_notebook(str(NOTEBOOK), str(tmp_path / "executed.ipynb"), kernel_name="python3", cwd=str(tmp_path),
+                            progress_bar=False, parameters={"out_dir": str(tmp_path / "figures"), "runs_dir": str(tmp_path / "typo")})
+    assert error.value.ename == "FileNotFoundError" and "runs_dir" in error.value.evalue and "is not a folder" in error.value.evalue
+    assert not (tmp_path / "figures").exists()
 
 
 def test_writes_every_figure_and_table(executed):
