@@ -985,6 +985,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                            'consistency_amp/training/models.py'),
                                                  'consistency_amp.training.models.count_parameters': ( 'models.html#count_parameters',
                                                                                                        'consistency_amp/training/models.py'),
+                                                 'consistency_amp.training.models.find_model': ( 'models.html#find_model',
+                                                                                                 'consistency_amp/training/models.py'),
                                                  'consistency_amp.training.models.freeze_vision_tower': ( 'models.html#freeze_vision_tower',
                                                                                                           'consistency_amp/training/models.py'),
                                                  'consistency_amp.training.models.language_lora_regex': ( 'models.html#language_lora_regex',

@@ -144,8 +144,6 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     if not isinstance(model, (str, os.PathLike)): raise ValueError(f"model must be a name or a folder, got {type(model).__name__}")
     _check_adapter(adapter)
-    from consistency_amp.training.models import resolve_model_path
-    resolve_model_path(model)                            # a folder that is not there: refused before its run folder exists
     kind = kind or model_kind(model, adapter)
     if kind not in ("base", "external"): raise ValueError(f"kind must be 'base' or 'external', got {kind!r}")
     name = run_name or model_run_name(model, adapter, kind)
@@ -153,6 +151,9 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
     check_eval_name(eval_name or default_eval_name(max_examples))
     wanted = dict(kind=kind, model=os.fspath(model), adapter=None if adapter is None else os.fspath(Path(adapter).resolve()))
     created = not (folder / PARAMS_FILE).is_file()
+    if created:                                      # a folder that is not there, a Hub id out of reach: no run folder
+        from consistency_amp.training.models import find_model
+        find_model(model)                            # (every process alike, before they wait for each other)
     _barrier()                                       # every process has looked before the main one creates it
     if created:
         if process_group()[0] == 0:

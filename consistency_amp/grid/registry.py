@@ -83,6 +83,8 @@ def _print_table(a, margs: dict) -> int:
 def main(argv: list[str] | None = None) -> int:
     "Entry point of `python -m consistency_amp.grid.registry`; the exit status (1 when a launched run failed)."
     a = argument_parser().parse_args(argv)
+    if a.figures is not None and not check_figures(a.figures):   # before anything is read or said about the runs
+        raise ValueError(f"--figures {a.figures!r} names no figure; e.g. --figures 2,3 (leave it out for all)")
     overrides = {k: v for k, v in dict(steps=a.steps, joint_steps=a.joint_steps, max_examples=a.max_examples).items()
                  if v is not None}
     margs = dict(data_root=a.data_root, external_models=_external_models(a.external, a.externals), **overrides)

@@ -5,8 +5,9 @@
 # %% auto #0
 __all__ = ['LORA_R', 'LORA_ALPHA', 'LORA_DROPOUT', 'LORA_TARGET_NAMES', 'LANGUAGE_MODEL_NAMES', 'VISION_TOWER_NAMES',
            'LANGUAGE_LORA_TARGETS', 'SPATIAL_BASE_PREFIX', 'language_lora_regex', 'lora_config', 'resolve_model_path',
-           'resolve_device', 'resolve_dtype', 'vision_tower_names', 'freeze_vision_tower', 'lora_module_names',
-           'check_lora_placement', 'count_parameters', 'load_processor', 'load_adapter', 'save_adapter', 'load_model']
+           'resolve_device', 'resolve_dtype', 'find_model', 'vision_tower_names', 'freeze_vision_tower',
+           'lora_module_names', 'check_lora_placement', 'count_parameters', 'load_processor', 'load_adapter',
+           'save_adapter', 'load_model']
 
 # %% ../../nbs/41_models.ipynb #7513fae5
 import json
@@ -86,6 +87,19 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype): return getattr(torch, dtype)
     if isinstance(dtype, torch.dtype): return dtype
     raise ValueError(f"`dtype` must be 'auto', a torch.dtype or its name (e.g. 'bfloat16'), got {dtype!r}")
+
+# %% ../../nbs/41_models.ipynb #5247b338
+def find_model(name_or_path) -> str:
+    "`resolve_model_path`, and for a Hub id its config.json found in the Hugging Face cache or fetched; ValueError naming the model where neither has it."
+    path = resolve_model_path(name_or_path)
+    if Path(path).is_dir(): return path
+    from huggingface_hub import hf_hub_download
+    try: hf_hub_download(path, "config.json")
+    except (OSError, ValueError) as e:     # offline and not cached, no such repository, no access
+        raise ValueError(f"model {path!r} is not a folder, and neither the Hugging Face cache nor the Hub gives its "
+                         f"config.json ({type(e).__name__}); give a model folder, a cache that holds it (HF_HOME), or run "
+                         "where the Hub can be reached") from None
+    return path
 
 # %% ../../nbs/41_models.ipynb #9f697c14
 def vision_tower_names(model) -> list[str]:
