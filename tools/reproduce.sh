@@ -13,7 +13,7 @@
 #   (8 at T = 1) of 100 per task (--full: also the consistency reward with the paper's own transformation set and its
 #   blind control, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures 2-4 from
 #   both spatial bases, with consistency with the marker swap per task from the large one, nbs/66_experiment_figures.ipynb,
-#   and the per-task ablations, Figures 8 and 6 on depth and size, nbs/65_ablations.ipynb; about 4 h 50 min);
+#   and the per-task ablations, Figures 8 and 6 on depth and size, nbs/65_ablations.ipynb; about 5 h 50 min, as the README says);
 #   writes figures/science.{md,csv}, figures/science_{accuracy,monitor,claims,sampled}.{png,pdf} and, with --full,
 #   figures/science_fig{2_same_task,3_cross_task,4_cross_domain,8_pairing_per_task,6_label_noise_per_task}.{png,pdf,csv}
 #   and figures/science_per_task.csv (the per-task gain ratios).
@@ -23,11 +23,23 @@
 #   (executed notebooks never land under nbs/), the figures and tables to figures/.
 # * Prints every file it wrote.
 set -euo pipefail
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+full=()
+for arg in "$@"; do   # read before anything is installed or written
+  case "$arg" in
+    --full) full=(--full) ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "reproduce: unknown argument $arg (valid: --full, -h)" >&2; exit 2 ;;
+  esac
+done
+scale="${SCALE:-mini}"
 cd "$(dirname "$0")/.."
 repo="$(pwd -P)"
 bash tools/setup.sh
 # shellcheck disable=SC1091
 . tools/env.sh
+python -c "import sys; from consistency_amp.core import SCALES
+if sys.argv[1] not in SCALES: sys.exit(f'reproduce: SCALE must be one of {\", \".join(SCALES)}; got {sys.argv[1]!r}')" "$scale"
 
 stamp="$(date +%Y%m%d-%H%M%S)"
 mkdir -p runs/figures figures
@@ -36,14 +48,6 @@ started="runs/figures/.started-${stamp}"
 touch "$started"
 trap 'rm -f "$started"' EXIT
 
-scale="${SCALE:-mini}"
-full=()
-for arg in "$@"; do
-  case "$arg" in
-    --full) full=(--full) ;;
-    *) echo "reproduce: unknown argument $arg (valid: --full)" >&2; exit 2 ;;
-  esac
-done
 if [ "$scale" = "mini" ]; then
   # The mini grid is small and one-threaded: it runs beside the experiment at the lowest priority (nice 19), so it
   # fills the cores the experiment leaves idle (its world build, its last job) instead of slowing every job.

@@ -6,6 +6,11 @@
 #   On a CPU machine whose pip index offers a local CPU build of torch==2.13.0 (ours does), that build
 #   is taken instead of several GB of CUDA wheels. Override with TORCH_SPEC="torch==X.Y".
 set -euo pipefail
+case "${1:-}" in
+  "") ;;
+  -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "setup: takes no arguments (-h for what it does); got $1" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -z "${CONDA_PREFIX:-}" ]; then
   [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
