@@ -54,7 +54,11 @@ def test_a_runs_dir_that_is_not_there_stops_before_any_figure(tmp_path):
         pm.execute_notebook(str(NOTEBOOK), str(tmp_path / "executed.ipynb"), kernel_name="python3", cwd=str(tmp_path),
                             progress_bar=False, parameters={"out_dir": str(tmp_path / "figures"), "runs_dir": str(tmp_path / "typo")})
     assert error.value.ename == "FileNotFoundError" and "runs_dir" in error.value.evalue and "is not a folder" in error.value.evalue
-    assert not (tmp_path / "figures").exists()
+    (tmp_path / "runs").mkdir(); (tmp_path / "a-file").write_text("")
+    with pytest.raises(pm.PapermillExecutionError) as error:   # an out_dir that cannot be made: said before the first figure
+        pm.execute_notebook(str(NOTEBOOK), str(tmp_path / "executed.ipynb"), kernel_name="python3", cwd=str(tmp_path),
+                            progress_bar=False, parameters={"out_dir": str(tmp_path / "a-file" / "figures"), "runs_dir": str(tmp_path / "runs")})
+    assert error.value.ename == "ValueError" and "out_dir" in error.value.evalue and "cannot be made" in error.value.evalue
 
 
 def test_writes_every_figure_and_table(executed):

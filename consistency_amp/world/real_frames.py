@@ -175,8 +175,12 @@ def load_real_samples(root=None) -> list[Scene]:
     root = real_samples_root(root)
     if root is None: raise FileNotFoundError(f"real samples not found; set ${REAL_SAMPLES_ENV} or pass root")
     kitti, sun = root / "kitti", root / "sunrgbd" / "sunrgbd_trainval"
-    return ([kitti_scene(kitti, p.stem) for p in sorted((kitti / "training" / "label_2").glob("*.txt"))]
-            + [sunrgbd_scene(sun, p.stem) for p in sorted((sun / "label").glob("*.txt"))])
+    scenes = ([kitti_scene(kitti, p.stem) for p in sorted((kitti / "training" / "label_2").glob("*.txt"))]
+              + [sunrgbd_scene(sun, p.stem) for p in sorted((sun / "label").glob("*.txt"))])
+    if not scenes:   # a folder of another layout would otherwise give an empty list, and empty figures
+        raise FileNotFoundError(f"no real frames under {root}: expected labels in {kitti / 'training' / 'label_2'} "
+                                f"or {sun / 'label'} (the layout of the shipped real_samples folder)")
+    return scenes
 
 # %% ../../nbs/12_real_frames.ipynb #e661b6cb
 def label_box_coverage(scene: Scene) -> np.ndarray:
