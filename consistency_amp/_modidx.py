@@ -684,6 +684,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                          'consistency_amp/science/experiment.py'),
                                                     'consistency_amp.science.experiment.argument_parser': ( 'experiment.html#argument_parser',
                                                                                                             'consistency_amp/science/experiment.py'),
+                                                    'consistency_amp.science.experiment.differs_from_the_readme': ( 'experiment.html#differs_from_the_readme',
+                                                                                                                    'consistency_amp/science/experiment.py'),
                                                     'consistency_amp.science.experiment.launch': ( 'experiment.html#launch',
                                                                                                    'consistency_amp/science/experiment.py'),
                                                     'consistency_amp.science.experiment.main': ( 'experiment.html#main',

@@ -22,14 +22,15 @@ from ..evaluation.sampling import SAMPLED_EVAL_NAME, evaluate_sampled
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS
 
 _logger = logging.getLogger(__name__)
-from consistency_amp.science.experiment_design import (CONDITION_OVERRIDES, EVAL_NAME, EVALUATED_ONLY,
+from ..files import resolve_path
+from consistency_amp.science.experiment_design import (CONDITION_OVERRIDES, DEFAULT_CONDITIONS, EVAL_NAME, EVALUATED_ONLY,
     FULL_CONDITIONS, HELD_OUT_EVAL_NAME, NUMERIC_EVAL_NAME, ExperimentConfig, _damaged, eval_file, eval_names, experiment_dir, jobs,
     missing_jobs, run_name_of, world_config)   # (experiment.ExperimentConfig and the rest stay importable)
 from .experiment_report import report
 
 
 # %% auto #0
-__all__ = ['train_params', 'run_job', 'launch', 'argument_parser', 'main']
+__all__ = ['train_params', 'run_job', 'launch', 'argument_parser', 'differs_from_the_readme', 'main']
 
 # %% ../../nbs/70_experiment.ipynb #5e7e3b96
 def train_params(config: ExperimentConfig, condition: str, seed: int, data_root, runs_dir):
@@ -136,10 +137,21 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2,
                         help="jobs at once, one thread each")
     parser.add_argument("--runs-dir", default=None, help="runs folder (default: $CONSISTENCY_AMP_RUNS or <repo>/runs)")
-    parser.add_argument("--out-dir", default="figures", help="where the science table and figures go")
+    parser.add_argument("--out-dir", default="figures", help="where the science table and figures go (relative: from the repository)")
+    parser.add_argument("--overwrite", action="store_true", help="let another configuration's report replace the "
+                        "repository's figures/science.* (which the README quotes)")
     parser.add_argument("--config-json", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     return parser
+
+# %% ../../nbs/70_experiment.ipynb #16bf84b3
+def differs_from_the_readme(config: ExperimentConfig) -> str:
+    "How `config` differs from the experiment whose report the README quotes (the defaults, with at least the default conditions); '' if it does not."
+    default = ExperimentConfig()
+    differ = [f"{f.name} {getattr(config, f.name)!r}" for f in fields(ExperimentConfig)
+              if f.name != "conditions" and getattr(config, f.name) != getattr(default, f.name)]
+    if missing := [c for c in DEFAULT_CONDITIONS if c not in config.conditions]: differ.append(f"without {', '.join(missing)}")
+    return "; ".join(differ)
 
 # %% ../../nbs/70_experiment.ipynb #82b5e4b9
 def main(argv: list[str] | None = None) -> list[Path]:
@@ -156,6 +168,14 @@ def main(argv: list[str] | None = None) -> list[Path]:
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         condition, seed = args.job.rsplit(":", 1)
         return [run_job(config, condition, int(seed), args.runs_dir)]
+    if args.workers < 1: parser.error(f"--workers must be at least 1; got {args.workers}")
+    args.out_dir = resolve_path(args.out_dir)
+    if args.out_dir == resolve_path("figures") and not args.overwrite and (differ := differs_from_the_readme(config)):
+        parser.error(f"--out-dir {args.out_dir} holds the report the README quotes, of the default experiment; this one "
+                     f"differs ({differ}): give another --out-dir, or --overwrite")
+    from consistency_amp.training.models import find_model
+    try: find_model(config.model)                    # a model that is not there: said once, not by every job
+    except ValueError as e: parser.error(f"--model: {e}")
     start = time.time()
     print(f"experiment-{config.digest}: {len(missing_jobs(config, args.runs_dir))} of {len(jobs(config))} jobs to run "
           f"({experiment_dir(config, args.runs_dir)})", flush=True)

@@ -110,7 +110,12 @@ class ExperimentConfig:
             elif f.name == "model":
                 if not isinstance(value, str) or not value: raise ValueError(f"ExperimentConfig.model must be a name or folder; got {value!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and f.name not in ("beta", "world_seed", "val_world_seed")):
-                raise ValueError(f"ExperimentConfig.{f.name} must be a positive number; got {value!r}")
+                kind = "a non-negative" if f.name in ("beta", "world_seed", "val_world_seed") else "a positive"
+                raise ValueError(f"ExperimentConfig.{f.name} must be {kind} number; got {value!r}")
+        if self.num_generations < 2: raise ValueError(f"ExperimentConfig.num_generations (K) must be at least 2; got {self.num_generations}")
+        for name in ("seeds", "conditions"):      # a repeat would run one job twice at once, into one run folder
+            if len(set(values := getattr(self, name))) < len(values):
+                raise ValueError(f"ExperimentConfig.{name} repeats {next(v for v in values if values.count(v) > 1)!r}")
         if bad := [c for c in self.conditions if c not in VALID_CONDITIONS]:
             raise ValueError(f"ExperimentConfig.conditions: unknown {bad}; valid choices: {', '.join(VALID_CONDITIONS)}")
         if bad := [s for s in self.seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]:
