@@ -83,6 +83,20 @@ def test_torchrun_refuses_an_existing_run_in_every_process_alike(two_process_run
     assert read_run(runs / NAME).complete                              # untouched
 
 
+def test_torchrun_refuses_a_setting_in_every_process_alike(tmp_path):
+    "A setting refused before the run (here a model folder that is not there): one line per process, no traceback, no folder."
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    if torchrun is None: pytest.skip("torchrun is not installed")
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "consistency_amp.training.train", *FLAGS,
+                           "--model", str(tmp_path / "no-model"), "--runs_dir", str(tmp_path / "runs")], env=environment(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    refusal = f"python -m consistency_amp.training.train: error: model directory '{tmp_path / 'no-model'}' does not exist"
+    assert proc.stderr.count(refusal) == 2, proc.stderr[-4000:]
+    assert 'File "' not in proc.stderr.split("torch/distributed/elastic")[0], proc.stderr[-4000:]   # torchrun's own report follows
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("flags,expected", [
     (["--task", "height"], "invalid choice: 'height' (choose from"),
     (["--pairing", "greedy"], "invalid choice: 'greedy'"),

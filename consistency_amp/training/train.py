@@ -34,8 +34,10 @@ def world_size() -> int: return int(os.environ.get("WORLD_SIZE", "1"))
 
 # %% ../../nbs/43_train_entry.ipynb #6bd46755
 def start_run(params: TrainParams) -> Path:
-    "Create (or, with `resume`, continue; with `overwrite`, replace) the folder of the run: `runs.create_run`."
-    return create_run(params.name, params.record(), overwrite=params.overwrite, resume=params.resume, runs=params.runs_dir)
+    "Create (or, with `resume`, continue; with `overwrite`, replace) the folder of the run: `runs.create_run`; `params.json` records `model_args` and `trainer_args` as TRL types them (the loader's and the trainer's values)."
+    typed = {k: typed_trl_values(v, k) for k in ("model_args", "trainer_args") if (v := getattr(params, k))}
+    return create_run(params.name, params.record() | typed, overwrite=params.overwrite, resume=params.resume, runs=params.runs_dir)
+
 
 # %% ../../nbs/43_train_entry.ipynb #85d333c0
 def train_examples(params: TrainParams) -> list:
@@ -186,13 +188,12 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
 
 # %% ../../nbs/43_train_entry.ipynb #b3602055
 def prepare_run(params: TrainParams) -> tuple:
-    "(run folder, trainer config, training examples) of a single process: `check_startable`, `checked_before_run`, `train_examples`, then `start_run`; under torchrun (None, None, None) after `check_startable`, and `train_run` does the rest."
+    "(run folder, trainer config, training examples): `check_startable`, `checked_before_run`, `train_examples`, then `start_run`; under torchrun every process checks alike and the run folder is None (`train_run`'s main process makes it)."
     planned = run_path(params.name, params.runs_dir)
     check_startable(planned, params.resume, params.overwrite)   # an existing or live run: refused at once, by every process alike
-    if world_size() > 1: return None, None, None
-    config = checked_before_run(params, planned)
+    config = checked_before_run(params, planned)               # the same settings: refused by every process alike
     examples = train_examples(params)                          # a damaged data file: named before the run folder exists
-    return start_run(params), config, examples
+    return (start_run(params) if world_size() == 1 else None), config, examples
 
 
 # %% ../../nbs/43_train_entry.ipynb #07ac3e5e

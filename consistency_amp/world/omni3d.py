@@ -306,8 +306,8 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
 
     def fail(kind, rid, err: _FieldError, where=""):
         if on_error == "raise":
-            raise Omni3DFormatError(f"{json_path}: {kind} id={rid}{where}: {err} (on_error='skip' loads the file without "
-                                    f"such records)", json_path, kind, rid, err.field) from None
+            raise Omni3DFormatError(f"{json_path}: {kind} id={rid}{where}: {err} (load_omni3d's on_error='skip' loads the file without "
+                                    f"such records; training and evaluation read it whole: mend or remove the record)", json_path, kind, rid, err.field) from None
         report.skipped.append(Skipped(kind, rid, err.field, str(err)))
 
     scenes, bad_images = {}, set()
