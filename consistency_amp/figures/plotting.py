@@ -77,9 +77,11 @@ def draw_bar(ax, x: float, width: float, row, color, ylim, fmt: str = "{:.1f}") 
     if math.isfinite(row.value):
         (bar,) = ax.bar([x], [row.value], width, color=color)
         bar.set_gid(gid("bar", *key))
-        top = max(row.value, row.paper if math.isfinite(row.paper) else 0, 0)   # above the paper mark too
-        ax.text(x, top + 0.01 * (ylim[1] - ylim[0]), fmt.format(row.value), ha="center", va="bottom", fontsize=6.5,
-                rotation=90 if width < 0.2 else 0, gid=gid("label", *key))
+        span, top = ylim[1] - ylim[0], max(row.value, row.paper if math.isfinite(row.paper) else 0, 0)   # above the paper mark too
+        inside = row.value > ylim[0] + 0.88 * span   # no room above it within the axes (the title is there): inside the bar's top
+        ax.text(x, row.value - 0.01 * span if inside else top + 0.01 * span, fmt.format(row.value), ha="center",
+                va="top" if inside else "bottom", color="white" if inside else "black", fontsize=6.5,
+                rotation=90 if width < 0.3 else 0, gid=gid("label", *key))   # three bars a group: "100.0" is wider than a bar
     else:
         ax.add_patch(Rectangle((x - width / 2, ylim[0]), width, ylim[1] - ylim[0], gid=gid("missing", *key), **MISSING_STYLE))
         ax.text(x, ylim[0] + 0.5 * (ylim[1] - ylim[0]), "missing", rotation=90, ha="center", va="center", fontsize=6.5,
