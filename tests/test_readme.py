@@ -83,3 +83,35 @@ def test_registry_line_prints_the_missing_runs(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "torchrun --nproc_per_node 8 -m consistency_amp.training.train" in done.stdout
     assert not (tmp_path / "runs").exists(), "--print launched or created something"
+
+
+def _paper_line(kind: str) -> list[str]:
+    "The words of the README's line that trains one run of the paper (Section 5.1), as `torchrun` or as `papermill`."
+    lines = [line for line in shell_lines() if line.startswith(kind) and ("consistency_amp.training.train" in line or "nbs/train.ipynb" in line)]
+    return shlex.split(lines[0])
+
+
+def test_the_paper_run_lines_have_the_paper_settings(monkeypatch):
+    "The README's first training command and its notebook twin train with core.PAPER_SETTINGS (the CPU defaults differ)."
+    from papermill.cli import _resolve_type
+    from consistency_amp.core import PAPER_SETTINGS
+    from consistency_amp.training.train_cli import parse_args
+    from consistency_amp.world.synthetic import default_world
+    monkeypatch.chdir(REPO)                                          # the README's recipe paths are the repository's
+    words = [str(default_world()) if w == "/data/omni3d" else w for w in _paper_line("torchrun")]   # an Omni3D root here
+    params = parse_args(words[words.index("consistency_amp.training.train") + 1:])
+    assert {k: getattr(params, k) for k in PAPER_SETTINGS} == PAPER_SETTINGS, " ".join(words)
+    words = _paper_line("papermill")
+    nb = nbformat.read(REPO / words[3], as_version=4)
+    (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    values = {}
+    exec(cell.source, values)
+    values |= {words[i + 1]: _resolve_type(words[i + 2]) for i, w in enumerate(words) if w == "-p"}
+    values["num_generations"] = values["K"]                         # the notebook calls it K
+    assert {k: values[k] for k in PAPER_SETTINGS} == PAPER_SETTINGS, " ".join(words)
+
+
+def test_the_evaluation_notebook_line_evaluates_every_test_example():
+    (line,) = [line for line in shell_lines() if "nbs/evaluate.ipynb" in line]
+    words = shlex.split(line.replace("<run name>", "RUN"))
+    assert words[words.index("max_examples") + 1] == "None", line     # the notebook's default is the CPU's 4 per split

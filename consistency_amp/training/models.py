@@ -7,7 +7,7 @@ __all__ = ['LORA_R', 'LORA_ALPHA', 'LORA_DROPOUT', 'LORA_TARGET_NAMES', 'LANGUAG
            'LANGUAGE_LORA_TARGETS', 'SPATIAL_BASE_PREFIX', 'language_lora_regex', 'lora_config', 'resolve_model_path',
            'resolve_device', 'resolve_dtype', 'find_model', 'vision_tower_names', 'freeze_vision_tower',
            'lora_module_names', 'check_lora_placement', 'count_parameters', 'load_processor', 'load_adapter',
-           'save_adapter', 'load_model']
+           'save_adapter', 'load_model', 'check_loadable']
 
 # %% ../../nbs/41_models.ipynb #7513fae5
 import json
@@ -201,3 +201,23 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, lora: bool = 
             raise ValueError(f"LoRA `target_modules`={target_modules!r} matched nothing in {path!r}: {e}") from e
         check_lora_placement(model)
     return model, load_processor(path, trust_remote_code=trust_remote_code)
+
+# %% ../../nbs/41_models.ipynb #450e130e
+def check_loadable(name_or_path, *, target_modules: str | list[str] | None = None, attn_implementation: str | None = None,
+                   revision: str | None = None, trust_remote_code: bool = False, **load_kwargs) -> str:
+    "The model's path (`find_model`); with an `attn_implementation` or LoRA `target_modules`, its architecture built without weights first, and a ValueError naming the setting `load_model` would refuse. Other `load_model` keywords are accepted and left alone."
+    path = find_model(name_or_path)
+    if attn_implementation is None and target_modules is None: return path
+    from peft.tuners.tuners_utils import check_target_module_exists
+    from transformers import AutoConfig
+    config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation, trust_remote_code=trust_remote_code)
+    except (ImportError, ValueError) as e: raise ValueError(f"attn_implementation={attn_implementation!r} cannot load {path!r}: {e}") from None
+    if target_modules is not None:
+        peft_config = lora_config(target_modules=target_modules)
+        if not any(check_target_module_exists(peft_config, name) for name, _ in model.named_modules()):
+            raise ValueError(f"LoRA `target_modules`={target_modules!r} matched nothing in {path!r}")
+    return path
+

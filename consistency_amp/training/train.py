@@ -98,11 +98,11 @@ def load_for_training(params: TrainParams, config):
 
 # %% ../../nbs/43_train_entry.ipynb #044915fa
 def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
-    "The run's trainer config, built, and its model found (a spatial base built if needed), before the run folder exists; ValueError naming a setting TRL or the loader refuses."
+    "The run's trainer config, built, and its model found (a spatial base built if needed) with its attention implementation and LoRA targets checked, before the run folder exists; ValueError naming a setting TRL or the loader refuses."
     import difflib
     from dataclasses import fields
     from trl.import_utils import is_vllm_available
-    from consistency_amp.training.models import find_model, LORA_ALPHA, LORA_DROPOUT, LORA_R, lora_config
+    from consistency_amp.training.models import check_loadable, LORA_ALPHA, LORA_DROPOUT, LORA_R, lora_config
     from consistency_amp.training.trainer import OTGRPOConfig
     kw = load_kwargs(typed_trl_values(params.model_args, "model_args"))
     lora_config(kw.get("lora_r", LORA_R), kw.get("lora_alpha", LORA_ALPHA), kw.get("lora_dropout", LORA_DROPOUT))   # r, alpha, dropout
@@ -116,7 +116,7 @@ def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
     if getattr(config, "use_vllm", False) and not is_vllm_available():   # else TRL says so after the model has loaded
         raise ValueError('use_vllm=True needs vLLM, which is not installed here: pip install "consistency_amp[vllm]" on a GPU '
                          "machine, or leave use_vllm out")
-    find_model(params.model)                                 # a folder, or a Hub id the cache or the Hub has
+    check_loadable(params.model, **kw)     # a folder or a Hub id the cache or the Hub has; its attention and LoRA targets
     return config
 
 # %% ../../nbs/43_train_entry.ipynb #24bd29a1
