@@ -359,12 +359,14 @@ def test_tiny_model_end_to_end(splits, capsys):
 
 
 def test_the_command_refuses_a_missing_model_or_data_in_one_line_and_makes_no_run(tmp_path):
-    "A model folder that is not there leaves no evaluation-only run behind; a data root without Omni3D files is one line."
-    import os, subprocess, sys
+    "A model folder that is not there leaves no evaluation-only run behind; a data root without Omni3D files, or the vllm backend without vLLM, is one line."
+    import importlib.util, os, subprocess, sys
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     empty = tmp_path / "empty-root"; empty.mkdir()
     for args, expected in ((["--model", str(tmp_path / "no-model")], "does not exist"),
-                           (["--model", "tiny-qwen2.5-vl", "--data_root", str(empty)], "no SUNRGBD_{train,val,test}.json under")):
+                           (["--model", "tiny-qwen2.5-vl", "--data_root", str(empty)], "no SUNRGBD_{train,val,test}.json under"),
+                           *([(["--model", "tiny-qwen2.5-vl", "--backend", "vllm"], "the vLLM backend needs vLLM")]
+                             if importlib.util.find_spec("vllm") is None else [])):
         proc = subprocess.run([sys.executable, "-m", "consistency_amp.evaluation.evaluate", *args, "--runs_dir",
                                str(tmp_path / "runs"), "--max_examples", "1"], env=env, capture_output=True, text=True,
                               timeout=300)

@@ -5,6 +5,7 @@
 # %% ../../nbs/52_evaluate.ipynb #e0192fcd
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class EvalArguments:
 
 # %% ../../nbs/52_evaluate.ipynb #5f3bd197
 def check_eval_arguments(self: EvalArguments) -> None:
-    "Reads empty strings as None and the switches' spellings as bools (`read_bool`: papermill passes `-p overwrite false` as a string), refuses a run given with a model, an adapter or a run name, a missing adapter or data root, and checks the evaluation parameters (`self.params`), the eval name and the backend."
+    "Reads empty strings as None and the switches' spellings as bools (`read_bool`: papermill passes `-p overwrite false` as a string), refuses a run given with a model, an adapter or a run name, a missing adapter or data root, and checks the evaluation parameters (`self.params`), the eval name and the backend (vLLM installed, for the vllm one)."
     for f in ("run", "adapter", "run_name", "data_root", "eval_name", "runs_dir", "max_new_tokens"):
         setattr(self, f, _optional(getattr(self, f)))
     for f in ("overwrite", "examples"): setattr(self, f, read_bool(f, getattr(self, f)))
@@ -89,6 +90,10 @@ def check_eval_arguments(self: EvalArguments) -> None:
                                     self.consistency_samples, tokens, self.seed)
     self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
     check_choice("backend", self.backend, BACKENDS)
+    if self.backend == "vllm" and "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:   # now, not after loading
+        from consistency_amp.evaluation.vllm_decoder import require_vllm
+        try: require_vllm()
+        except ImportError as e: raise ValueError(str(e)) from None
 
 # %% ../../nbs/52_evaluate.ipynb #cf1da751
 def evaluate_from(args: EvalArguments, progress: bool = True) -> Path:

@@ -202,7 +202,7 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, lora: bool = 
         check_lora_placement(model)
     return model, load_processor(path, trust_remote_code=trust_remote_code)
 
-# %% ../../nbs/41_models.ipynb #450e130e
+# %% ../../nbs/41_models.ipynb #c36fe08e
 def check_loadable(name_or_path, *, target_modules: str | list[str] | None = None, attn_implementation: str | None = None,
                    revision: str | None = None, trust_remote_code: bool = False, **load_kwargs) -> str:
     "The model's path (`find_model`); with an `attn_implementation` or LoRA `target_modules`, its architecture built without weights first, and a ValueError naming the setting `load_model` would refuse. Other `load_model` keywords are accepted and left alone."

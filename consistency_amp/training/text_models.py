@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..files import build_once, cache_dir as default_cache_dir
-from .models import LORA_TARGET_NAMES, lora_config, resolve_device, resolve_dtype
+from .models import LORA_TARGET_NAMES, lora_config, resolve_device, resolve_dtype, resolve_model_path
 from .tiny_models import TINY_TEXT_CONFIG, tiny_model_key, train_tiny_tokenizer
 
 # %% auto #0
@@ -49,7 +49,7 @@ def load_text_model(name_or_path: str | os.PathLike | None = None, *, lora: bool
     "A causal LM and its tokenizer (default: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection."
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    path = tiny_text_model_path() if name_or_path is None else name_or_path
+    path = tiny_text_model_path() if name_or_path is None else resolve_model_path(name_or_path)   # a folder that is not there: named
     device = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device_map={"": device})
     if lora: model = get_peft_model(model, lora_config(**{"target_modules": list(LORA_TARGET_NAMES), **lora_kwargs}))

@@ -32,6 +32,9 @@ def spatial_pair_dataset(examples: Sequence[Example], make_pair: Callable[..., P
     examples = list(examples)
     if not examples: raise ValueError("spatial_pair_dataset needs at least one example")
     for i, e in enumerate(examples):
+        if isinstance(e, dict):               # a paired row of one's own task: the trainer reads those from a Dataset
+            raise ValueError(f"examples[{i}] is a dict, not a tasks.Example; give prompt-pair rows as a datasets.Dataset "
+                             "(Dataset.from_list(rows); the columns: nbs/07_paired_data.ipynb)")
         if not isinstance(e, Example): raise ValueError(f"examples[{i}] is a {type(e).__name__}, not a tasks.Example")
 
     def build(batch: dict) -> dict:
