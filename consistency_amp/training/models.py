@@ -212,8 +212,9 @@ def check_loadable(name_or_path, *, target_modules: str | list[str] | None = Non
     from transformers import AutoConfig
     config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
     try:
-        with torch.device("meta"):
-            model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):                    # bfloat16: the dtype flash attention asks for, so it does not warn
+            model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation, dtype=torch.bfloat16,
+                                                            trust_remote_code=trust_remote_code)
     except (ImportError, ValueError) as e: raise ValueError(f"attn_implementation={attn_implementation!r} cannot load {path!r}: {e}") from None
     if target_modules is not None:
         peft_config = lora_config(target_modules=target_modules)
