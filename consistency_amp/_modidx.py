@@ -1381,6 +1381,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                                          'consistency_amp/training/trainer.py'),
                                                   'consistency_amp.training.trainer.OTGRPOTrainer._get_train_sampler': ( 'trainer.html#otgrpotrainer._get_train_sampler',
                                                                                                                          'consistency_amp/training/trainer.py'),
+                                                  'consistency_amp.training.trainer.OTGRPOTrainer.train': ( 'trainer.html#otgrpotrainer.train',
+                                                                                                            'consistency_amp/training/trainer.py'),
                                                   'consistency_amp.training.trainer.PairedPromptDataset': ( 'trainer.html#pairedpromptdataset',
                                                                                                             'consistency_amp/training/trainer.py'),
                                                   'consistency_amp.training.trainer.PairedPromptDataset.__getitem__': ( 'trainer.html#pairedpromptdataset.__getitem__',

@@ -125,8 +125,8 @@ def test_dataset_bad_input(examples, world):
         PairedPromptDataset(unlabelled, reward="accuracy")                 # no label column at all: at construction
     partly = Dataset.from_list([dict(unlabelled[0], ground_truth=None, ground_truth_augmented=None),
                                 dict(unlabelled[0], ground_truth=True, ground_truth_augmented=False)])
-    with pytest.raises(ValueError, match="row 0: reward='accuracy' needs the columns ground_truth"):
-        PairedPromptDataset(partly, reward="accuracy")[0]                  # a row without its labels: when it is read
+    with pytest.raises(ValueError, match="row 0: reward='accuracy' needs its labels, ground_truth and ground_truth_augmented"):
+        PairedPromptDataset(partly, reward="accuracy")                     # a stored row without its labels: at construction
 
 
 def test_trainer_bad_input(examples, model_and_processor):
@@ -245,3 +245,26 @@ def test_resume_replays_the_same_pairs(examples):
     assert run(part, resume=str(Path(part) / "checkpoint-1")) == full_pairs[1:]
     a, b = (load_file(str(Path(d) / "checkpoint-2" / "adapter_model.safetensors")) for d in (full, part))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
+    "Trainer writes over an earlier run's checkpoints in its output_dir; OTGRPOTrainer refuses, and resuming it still works."
+    import hashlib
+    from datasets import Dataset
+    from consistency_amp.training.text_models import load_text_model
+    question = lambda a, b: [{"role": "user", "content": f"Is {a} larger than {b}?"}]
+    pairs = Dataset.from_list([dict(prompt=question(a, b), prompt_augmented=question(b, a), relation="opposite", answer_type="boolean")
+                               for a, b in [(7, 3), (2, 9)]])
+    model, tokenizer = load_text_model()
+    args = OTGRPOConfig(output_dir=str(tmp_path / "own"), use_cpu=True, bf16=False, report_to="none", save_strategy="steps",
+                        save_steps=1, num_generations=2, pairs_per_device=1, max_completion_length=4, max_steps=1,
+                        gradient_checkpointing=False)
+    OTGRPOTrainer(model, args, pairs, processing_class=tokenizer).train()
+    digest = lambda: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((tmp_path / "own").rglob("*")) if p.is_file()}
+    before = digest()
+    assert any(name == "adapter_model.safetensors" for name in before)
+    again = OTGRPOTrainer(model, args, pairs, processing_class=tokenizer)
+    with pytest.raises(FileExistsError, match=r"holds an earlier run's checkpoints \(checkpoint-1\).*resume_from_checkpoint=True"):
+        again.train()
+    assert digest() == before                                              # nothing written over
+    assert again.train(resume_from_checkpoint=True).global_step >= 1      # resuming the run it holds is not refused

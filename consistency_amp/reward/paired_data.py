@@ -49,8 +49,10 @@ def _check_prompt(prompt, column: str, where: str) -> bool:
 def _check_truth(value, answer_type: str, column: str, where: str) -> None:
     ok = (isinstance(value, bool) if answer_type == "boolean" else
           isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and value >= 0)
+    mixed = answer_type == "boolean" and isinstance(value, float) and value in (0.0, 1.0)   # Arrow made True 1.0: numbers share the column
     if not ok: raise ValueError(f"{where}: column {column!r} must be a {'bool' if answer_type == 'boolean' else 'finite non-negative number'} "
-                                f"for answer_type {answer_type!r}; got {value!r}")
+                                f"for answer_type {answer_type!r}; got {value!r}" + (" (a label column that mixes booleans and "
+                                "numbers holds numbers only: put labelled boolean and numeric pairs in two datasets)" if mixed else ""))
 
 # %% ../../nbs/07_paired_data.ipynb #80b24024
 def _both_or_neither(row: dict, columns: tuple[str, str], where: str) -> bool:
@@ -68,7 +70,7 @@ def _check_answers(row: dict, where: str) -> None:
         except ValueError as e: raise ValueError(f"{where}: {e}") from None
     if _both_or_neither(row, TRUTH_COLUMNS, where) and "answer_type" in row:
         for c in TRUTH_COLUMNS: _check_truth(row[c], row["answer_type"], c, where)
-        if row["answer_type"] == "boolean" and "relation" in row and (row["ground_truth"] == row["ground_truth_augmented"]) != (row["relation"] == "same"):
+        if "relation" in row and (row["ground_truth"] == row["ground_truth_augmented"]) != (row["relation"] == "same"):   # a number: 'same' only
             raise ValueError(f"{where}: ground_truth {row['ground_truth']} and ground_truth_augmented {row['ground_truth_augmented']} "
                              f"contradict relation {row['relation']!r}: T's effect on the answer is not what the row says")
 
@@ -77,8 +79,9 @@ def _check_image(image, column: str, where: str) -> None:
     "Raise unless `image` is a PIL image or the path of a file."
     if isinstance(image, (str, os.PathLike)):
         if not Path(image).is_file(): raise ValueError(f"{where}: column {column!r}: no image file at {os.fspath(image)!r}")
-    elif not hasattr(image, "convert"):
-        raise ValueError(f"{where}: column {column!r} must be a PIL image or a path; got {type(image).__name__}")
+    elif not hasattr(image, "convert"):                   # an array: datasets stores it as nested lists
+        hint = "; an array goes in as PIL.Image.fromarray(array)" if isinstance(image, list) or hasattr(image, "shape") else ""
+        raise ValueError(f"{where}: column {column!r} must be a PIL image or a path; got {type(image).__name__}{hint}")
 
 def _check_image_places(prompt: list, column: str, where: str) -> None:
     "A prompt given as content parts must hold one image placeholder for the pair's image (TRL fills it)."
@@ -134,7 +137,7 @@ def _check_stored_images(dataset, plain) -> None:
 _SCALARS = ("relation", "answer_type", *TRUTH_COLUMNS, "pair_id")
 
 def check_paired_dataset(dataset) -> None:
-    "Raise, naming the column and the row, unless `dataset` is a non-empty paired `datasets.Dataset`: its first row in full, every row's stored scalar columns and image paths."
+    "Raise, naming the column and the row, unless `dataset` is a non-empty paired `datasets.Dataset`: its first row in full, every row's stored scalar columns, prompts and image paths (rows built when read, as `spatial_pair_dataset`'s, are checked as they are read)."
     from datasets import Dataset
     if not isinstance(dataset, Dataset):
         raise ValueError(f"a paired dataset is a datasets.Dataset with columns {list(PAIR_COLUMNS)}; got {type(dataset).__name__}")
@@ -143,6 +146,11 @@ def check_paired_dataset(dataset) -> None:
     plain = dataset.with_format(None)                    # the stored values: no transform, no image decoding
     stored = {c: plain[c] for c in _SCALARS if c in dataset.column_names}
     for index in range(len(dataset)): _check_answers({c: v[index] for c, v in stored.items()}, f"paired dataset row {index}")
+    if set(PAIR_COLUMNS[:2]) <= set(plain.column_names):  # stored prompts (one's own rows): each found now, not steps into training
+        prompts = {c: plain[c] for c in PAIR_COLUMNS[:2]}
+        for index in range(1, len(dataset)):
+            if len({_check_prompt(p[index], c, f"paired dataset row {index}") for c, p in prompts.items()}) > 1:
+                raise ValueError(f"paired dataset row {index}: 'prompt' and 'prompt_augmented' must be in one format: both strings or both lists of messages")
     if (ids := stored.get("pair_id")) is not None and len(set(ids)) != len(ids):
         raise ValueError(f"column 'pair_id' repeats {next(i for i in ids if ids.count(i) > 1)!r}: pair ids must be unique")
     _check_stored_images(dataset, plain)

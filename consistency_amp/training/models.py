@@ -70,7 +70,10 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
     if not looks_local: return str(name_or_path)
     if not path.is_dir(): raise ValueError(f"model directory {str(name_or_path)!r} does not exist")
     if not (path / "config.json").is_file():
-        raise ValueError(f"{str(name_or_path)!r} is not a model directory: it has no config.json")
+        adapter = (path / "adapter_config.json").is_file()   # a trained LoRA adapter: it goes on its base model
+        raise ValueError(f"{str(name_or_path)!r} is not a model directory: it has no config.json" + (
+            "; it is a LoRA adapter: load its base with load_model(base, adapter=...), or peft's PeftModel.from_pretrained"
+            if adapter else ""))
     return str(path)
 
 # %% ../../nbs/41_models.ipynb #9eae751a

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ import torch
 from accelerate.utils import gather_object
 from datasets import Dataset as HFDataset
 from torch.utils.data import Dataset, Sampler
+from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int, help_field
@@ -185,6 +187,9 @@ class PairedPromptDataset(Dataset):
         self.pairs, self.reward, self.label_noise, self.label_noise_seed = pairs, reward, label_noise, label_noise_seed
         self._cache, self.cache_size = OrderedDict(), cache_size
         stored = pairs.with_format(None)
+        if reward == "accuracy" and "ground_truth" in pairs.column_names and None in (truth := stored["ground_truth"]):
+            raise ValueError(f"paired dataset row {truth.index(None)}: reward='accuracy' needs its labels, ground_truth and "
+                             "ground_truth_augmented: give them, or leave the row out")   # found now, not when the row is drawn
         self.pair_ids = [str(i) for i in stored["pair_id"]] if "pair_id" in pairs.column_names else [f"pair-{i}" for i in range(len(pairs))]
         if label_noise > 0 and "answer_type" in pairs.column_names and "numeric" in (kinds := stored["answer_type"]):
             raise ValueError(f"label_noise flips boolean labels; row {kinds.index('numeric')} has a numeric answer")
@@ -297,7 +302,7 @@ class OTGRPOTrainer(GRPOTrainer):
         pairs = args.generation_batch_size // (2 * args.num_generations)
         if len(paired) < pairs:
             raise ValueError(f"train_dataset has {len(paired)} pairs, fewer than the {pairs} prompt pairs of one "
-                             "generation batch")
+                             "generation batch: lower pairs_per_device (or steps_per_generation), or give more pairs")
         task_reward = accuracy_reward_func if args.reward == "accuracy" else consistency_reward_placeholder
         placeholder = HFDataset.from_dict({"example": list(range(len(paired)))})  # GRPOTrainer's type check only
         super().__init__(model=model, reward_funcs=[format_reward_func, task_reward], args=args,
@@ -316,6 +321,15 @@ class OTGRPOTrainer(GRPOTrainer):
             warnings.warn("fused_rms_norm=True, but the model has no RMSNorm of transformers' form to fuse")
         if args.compile_generation: self.generation_config.disable_compile = False   # TRL's HF generation sets it True
         if args.use_vllm: adapt_vllm_generation(self.vllm_generation, args.vllm_mode)   # TRL 1.16's two gaps with images
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        "`Trainer.train`; a fresh start into an `output_dir` that holds an earlier run's checkpoints is refused (Trainer would write over them)."
+        folder = self.args.output_dir
+        if not resume_from_checkpoint and self.args.save_strategy != "no" and os.path.isdir(folder) and (last := get_last_checkpoint(folder)):
+            raise FileExistsError(f"output_dir {folder} holds an earlier run's checkpoints ({os.path.basename(last)}): training "
+                                  "would write over them. Continue that run with train(resume_from_checkpoint=True), or "
+                                  "choose another output_dir")
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`, stacked by group with `fuse_projections`); with `rotary_in_one_pass`, queries and keys rotated in one pass; with `share_prompt_prefill`, each prompt prefilled once; with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
