@@ -1197,6 +1197,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                             'consistency_amp/training/runs.py'),
                                                'consistency_amp.training.runs.package_versions': ( 'runs.html#package_versions',
                                                                                                    'consistency_amp/training/runs.py'),
+                                               'consistency_amp.training.runs.params_diff': ( 'runs.html#params_diff',
+                                                                                              'consistency_amp/training/runs.py'),
                                                'consistency_amp.training.runs.provenance': ( 'runs.html#provenance',
                                                                                              'consistency_amp/training/runs.py'),
                                                'consistency_amp.training.runs.read_json': ( 'runs.html#read_json',

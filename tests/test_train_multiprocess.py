@@ -71,6 +71,17 @@ def test_cli_refuses_an_existing_run_before_importing_torch(two_process_run):
     assert time.perf_counter() - start < 30
 
 
+def test_cli_names_a_new_run_for_other_parameters_under_the_same_name(two_process_run):
+    "lora_r is not in the run's name: the same name with another lora_r is told to take a new name, not to --resume (which refuses)."
+    runs, _ = two_process_run
+    proc = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", *FLAGS, "--lora_r", "8", "--runs_dir", str(runs)],
+                          env=environment(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "since its parameters differ (model_args: stored None, given {'lora_r': 8})" in proc.stderr, proc.stderr[-2000:]
+    assert "--run_name" in proc.stderr and "--resume" not in proc.stderr, proc.stderr[-2000:]
+    assert read_run(runs / NAME).complete                              # untouched
+
+
 def test_torchrun_refuses_an_existing_run_in_every_process_alike(two_process_run):
     "Each process refuses before joining the others: no rank goes on to wait for a peer that has left (gloo's errors)."
     runs, _ = two_process_run

@@ -30,7 +30,7 @@ __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADA
            'OPERATIONAL_KEYS', 'LATER_PARAMS', 'RECORDED_ON_RESUME', 'runs_dir', 'jsonable', 'write_json', 'read_json',
            'append_jsonl', 'read_jsonl', 'truncate_train_log', 'package_versions', 'git_commit', 'provenance',
            'check_run_name', 'model_tag', 'run_name', 'checkpoints', 'checkpoint_step', 'last_checkpoint',
-           'effective_state', 'run_path', 'write_status', 'check_startable', 'create_run']
+           'effective_state', 'run_path', 'write_status', 'params_diff', 'check_startable', 'create_run']
 
 # %% ../../nbs/31_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -293,22 +293,30 @@ def _writer_of(path: Path):
     except (OSError, ValueError, AttributeError): return None
 
 # %% ../../nbs/31_runs.ipynb #758d80b5
-def _exists_error(path: Path) -> FileExistsError:
-    "The error for a plain start of the existing run `path`: its state, and resume first when it was interrupted."
+def params_diff(stored: dict, params: dict) -> str:
+    "What of `params`' experiment differs from the `stored` params.json's, as 'key: stored a, given b; ...' ('' if nothing)."
+    old, new = LATER_PARAMS | _experiment(stored), LATER_PARAMS | _experiment(jsonable(params))
+    return "; ".join(f"{k}: stored {old.get(k)!r}, given {new.get(k)!r}" for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k))
+
+def _exists_error(path: Path, params: dict | None = None) -> FileExistsError:
+    "The error for a plain start of the existing run `path`: its state, resume first when it was interrupted, and another name when `params` differ from its own (resume would refuse them)."
     state, step = effective_state(path)
     detail = "" if state is None else f" (state: {state}{f' at step {step}' if step else ''}"
     if state == "running" and run_is_live(path): detail += f", being written by {describe_writer(_writer_of(path))}"
     resume = "resume=True (papermill: -p resume True; CLI: --resume) to continue it from its last checkpoint"
     overwrite = "overwrite=True (papermill: -p overwrite True; CLI: --overwrite) to delete it and start again"
     ways = f"{resume}, or {overwrite}" if state in ("interrupted", "failed") else f"{overwrite}, or {resume}"
+    try: differ = params_diff(read_json(path / PARAMS_FILE), params) if params is not None else ""
+    except (OSError, ValueError, TypeError): differ = ""
+    if differ: ways = f"a new run name (run_name; CLI: --run_name), since its parameters differ ({differ}), or {overwrite}"
     return FileExistsError(f"run directory {path} already exists{detail and detail + ')'}. Runs are never overwritten "
-                           f"silently: pass {ways}, or choose another run name.")
+                           f"silently: pass {ways}{'' if differ else ', or choose another run name'}.")
 
 # %% ../../nbs/31_runs.ipynb #5284e7c1
-def check_startable(path: Path, resume: bool = False, overwrite: bool = False) -> None:
-    "Raise now what `create_run` would raise for the existing run `path` (neither `resume` nor `overwrite`; another process writing it), writing nothing: a launcher calls it before seconds of other checks."
+def check_startable(path: Path, resume: bool = False, overwrite: bool = False, params: dict | None = None) -> None:
+    "Raise now what `create_run` would raise for the existing run `path` (neither `resume` nor `overwrite`: a new name asked for where `params` differ from its own; another process writing it), writing nothing: a launcher calls it before seconds of other checks."
     if not path.exists(): return
-    if not (resume or overwrite): raise _exists_error(path)
+    if not (resume or overwrite): raise _exists_error(path, params)
     if holds_run_lock(path): return
     acquire_run_lock(path, _writer_of(path))                 # RunLockedError naming the writer, if live
     release_run_lock(path)
@@ -322,7 +330,7 @@ def create_run(name: str, params: dict, overwrite: bool = False, resume: bool = 
     params = _check_params(params) | {"name": name}
     locked = params["kind"] == "train"
     _runs_folder(path.parent)
-    if path.exists() and not (resume or overwrite): raise _exists_error(path)
+    if path.exists() and not (resume or overwrite): raise _exists_error(path, params)
     held = holds_run_lock(path)                              # by this process already (e.g. a notebook's earlier start)
     if path.exists() and locked: acquire_run_lock(path, _writer_of(path))   # refused, naming the writer, if live
     try:
@@ -372,9 +380,7 @@ def _resume_run(path: Path, params: dict) -> Path:
     except (OSError, ValueError) as e:
         raise ValueError(f"cannot resume {path}: {e}. Restore {PARAMS_FILE}, or start the run again with overwrite=True "
                          "(CLI: --overwrite)") from None
-    old, new = LATER_PARAMS | _experiment(stored), LATER_PARAMS | _experiment(jsonable(params))
-    if diff := sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)):
-        detail = "; ".join(f"{k}: stored {old.get(k)!r}, given {new.get(k)!r}" for k in diff)
+    if detail := params_diff(stored, params):
         raise ValueError(f"cannot resume {path} with different parameters ({detail}). Resume with the stored "
                          f"parameters, or use another run name, or overwrite=True")
     if effective_state(path)[0] == "complete": return path   # nothing to continue: left as it is (training says so)

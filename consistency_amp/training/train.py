@@ -190,7 +190,7 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
 def prepare_run(params: TrainParams) -> tuple:
     "(run folder, trainer config, training examples): `check_startable`, `checked_before_run`, `train_examples`, then `start_run`; under torchrun every process checks alike and the run folder is None (`train_run`'s main process makes it)."
     planned = run_path(params.name, params.runs_dir)
-    check_startable(planned, params.resume, params.overwrite)   # an existing or live run: refused at once, by every process alike
+    check_startable(planned, params.resume, params.overwrite, params.record())   # an existing or live run: refused at once, alike in every process
     config = checked_before_run(params, planned)               # the same settings: refused by every process alike
     examples = train_examples(params)                          # a damaged data file: named before the run folder exists
     return (start_run(params) if world_size() == 1 else None), config, examples
