@@ -372,3 +372,29 @@ def test_the_command_refuses_a_missing_model_or_data_in_one_line_and_makes_no_ru
                               timeout=300)
         assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_an_interrupted_evaluation_resumes_with_the_groups_it_answered(tmp_path, monkeypatch, capsys):
+    "Killed in its second (task, source), a first evaluation keeps its run and the first group in eval/.partial-<name>/ and says so; run again, it answers only the rest, writes the results of an uninterrupted one and removes the folder."
+    settings = quick(tasks=("depth", "size"), max_examples=2)
+    whole = json.loads(rev.evaluate_model(TINY_MODEL, "test", runs_dir=tmp_path / "uninterrupted", **settings).read_text())
+    answer = ev.answer_examples
+    asked = []
+
+    def preempted(group, *args, **kwargs):
+        asked.append(group[0].task)
+        if len(asked) == 2: raise KeyboardInterrupt                         # the job's time ran out in its second group
+        return answer(group, *args, **kwargs)
+    monkeypatch.setattr(ev, "answer_examples", preempted)
+    with pytest.raises(KeyboardInterrupt):
+        rev.evaluate_model(TINY_MODEL, "test", runs_dir=tmp_path, **settings)
+    partial = tmp_path / "base-tiny" / EVAL_DIR / ".partial-test"
+    assert [p.name for p in partial.iterdir()] == ["depth-SUNRGBD.json"] and not (partial.parent / "test.json").exists()
+    assert f"the answers of depth-SUNRGBD are kept in {partial}: the same command goes on from them" in capsys.readouterr().err
+    asked.clear()
+    monkeypatch.setattr(ev, "answer_examples", lambda group, *a, **k: asked.append(group[0].task) or answer(group, *a, **k))
+    resumed = json.loads(rev.evaluate_model(TINY_MODEL, "test", runs_dir=tmp_path, **settings).read_text())
+    assert asked == ["size"] and resumed["reused"] == ["depth/SUNRGBD"]   # only the unanswered group
+    assert resumed["results"] == whole["results"] and not partial.exists()
+    record = read_run(tmp_path / "base-tiny")
+    assert record.complete and record.problems == []

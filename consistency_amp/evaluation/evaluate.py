@@ -45,7 +45,7 @@ class EvalArguments:
     consistency_samples: int = help_field(1, "Sampled transformations per example for self-consistency (0: skip it).")
     max_new_tokens: int | None = help_field(None, f"New tokens per answer; empty: {DEFAULT_MAX_NEW_TOKENS}, or 16 for the tiny model.")
     eval_name: str | None = help_field(None, "The results file runs/<run>/eval/<eval_name>.json; empty: test, or test-first<max_examples>.")
-    overwrite: bool = help_field(False, "Replace an existing results file (never replaced otherwise).")
+    overwrite: bool = help_field(False, "Replace an existing results file (never replaced otherwise), answering every (task, source) again; without it, an interrupted evaluation goes on from the groups it answered.")
     seed: int = help_field(0, "Seed of the sampled transformations.")
     examples: bool = help_field(False, "Also store every example's completion and answer in the results file.")
     runs_dir: str | None = help_field(None, "The runs folder; empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")

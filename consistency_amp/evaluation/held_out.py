@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -16,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..world.prompts import ANSWER_TYPE, LABEL_COLUMNS, load_rgb, make_prompt, make_prompt_pair
-from ..training.runs import resolve_path, utc_now
+from ..training.runs import resolve_path, utc_now, write_json
 from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of
 from ..core import DEFAULT_MODEL, PAPER_MODELS, TINY_MODEL, check_choice, check_choices, check_int
@@ -25,10 +26,10 @@ from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from ..reward.verifiers import accuracy, consistency, format_reward, parse_answer
 
 # %% auto #0
-__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'resolve_tasks', 'base_model_sizes',
-           'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng', 'answer_type_of',
-           'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table', 'check_eval_params',
-           'evaluate', 'answering_time']
+__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'ANSWER_SETTINGS', 'resolve_tasks',
+           'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng',
+           'answer_type_of', 'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table',
+           'check_eval_params', 'answers_key', 'stored_answers', 'evaluate', 'answering_time']
 
 # %% ../../nbs/48_held_out.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -249,23 +250,48 @@ def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: 
     else: model = _load_adapter(model_or_name, adapter) if adapter is not None else model_or_name
     return GreedyDecoder(model, processor, max_new_tokens)
 
+# %% ../../nbs/48_held_out.ipynb #cd96b8d9
+ANSWER_SETTINGS = ("batch_size", "consistency_samples", "max_new_tokens", "seed")   # the evaluation parameters answers depend on
+# (the batch too: a batch's padding can change a greedy answer in bfloat16)
+
+def answers_key(settings: dict, group: Sequence[Example]) -> str:
+    "A digest of what one (task, source)'s answers depend on: the model, adapter, data and decoding `settings`, and its examples."
+    blob = json.dumps(dict(settings, uids=[e.uid for e in group]), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+def stored_answers(path, key: str) -> list[dict] | None:
+    "The records an interrupted evaluation stored at `path` under `key`; None where there are none, they are damaged, or the key differs."
+    try: stored = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError): return None
+    ok = isinstance(stored, dict) and stored.get("key") == key and isinstance(stored.get("records"), list)
+    return stored["records"] if ok else None
+
+
 # %% ../../nbs/48_held_out.ipynb #70435fb9
 def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
              data_root=None, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
              consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-             device=None, progress: bool = True, return_records: bool = False, backend: str = "transformers"):
-    "Greedy test-split accuracy, format and unparseable rates and self-consistency of a model on every (task, source)."
+             device=None, progress: bool = True, return_records: bool = False, backend: str = "transformers",
+             partial_dir=None):
+    "Greedy test-split accuracy, format and unparseable rates and self-consistency of a model on every (task, source); with `partial_dir` (one process), each (task, source) answered is stored there and reused by the same evaluation started again."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     _check_adapter(adapter, model_or_name)
     start = time.perf_counter()
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
     completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device)
     loaded = time.perf_counter()   # the test data read and the model loaded (or vLLM's engine started)
-    records, results, shard = [], [], process_group()
+    records, results, shard, reused = [], [], process_group(), []
+    settings = dict(model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter), backend=backend,
+                    data_root=None if data_root is None else os.fspath(data_root), **{k: p[k] for k in ANSWER_SETTINGS})
+    resumable = partial_dir is not None and shard[1] == 1   # (several processes would first have to agree on what is stored)
     for (task, source), group in examples.items():
-        answered = answer_examples(group, completer, consistency_samples=p["consistency_samples"], seed=p["seed"],
-                                   batch_size=p["batch_size"], progress=progress and shard[0] == 0, desc=f"{task}/{source}",
-                                   shard=shard)
+        stored, key = (Path(partial_dir) / f"{task}-{source}.json" if resumable else None), answers_key(settings, group)
+        if (answered := stored_answers(stored, key) if resumable else None) is not None: reused.append(f"{task}/{source}")
+        else:
+            answered = answer_examples(group, completer, consistency_samples=p["consistency_samples"], seed=p["seed"],
+                                       batch_size=p["batch_size"], progress=progress and shard[0] == 0, desc=f"{task}/{source}",
+                                       shard=shard)
+            if resumable: write_json(stored, dict(key=key, records=answered))
         records += answered
         results.append(summarize(answered, task, source))
     out = dict(run=None, model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter),
@@ -274,17 +300,22 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
                              batch_size=p["batch_size"], backend=backend),
                created_at=utc_now(), consistency_samples=p["consistency_samples"], seed=p["seed"],
                max_examples=p["max_examples"], tasks=list(p["tasks"]), sources=list(p["sources"]), processes=shard[1],
-               load_s=round(loaded - start, 3), elapsed_s=round(time.perf_counter() - start, 3), results=results)
+               load_s=round(loaded - start, 3), elapsed_s=round(time.perf_counter() - start, 3), results=results,
+               **({"reused": reused} if reused else {}))
+    if reused and progress: print(f"reused the answers of {', '.join(reused)}, stored by an interrupted evaluation in {partial_dir}")
     return (out, records) if return_records else out
 
 # %% ../../nbs/48_held_out.ipynb #cccc3598
 def answering_time(result: dict) -> str | None:
     "An evaluation's answering time, loading apart, per 1,000 questions; None for results stored before `load_s`."
     if result.get("load_s") is None: return None
-    n = sum(r["n"] for r in result["results"])
-    draws = sum(r.get("consistency_pairs", 0) for r in result["results"])
+    reused = set(result.get("reused", []))          # answered by an interrupted run: not timed here
+    answered = [r for r in result["results"] if f"{r.get('task')}/{r.get('source')}" not in reused]
+    n = sum(r["n"] for r in answered)
+    draws = sum(r.get("consistency_pairs", 0) for r in answered)
     answer_s = result["elapsed_s"] - result["load_s"]
     per_1000 = f": {1000 * answer_s / n:.1f} s per 1,000 questions" + (" (draws included)" if draws else "") if n else ""
     return (f"{n} questions" + (f" and {draws} consistency draws" if draws else "")
-            + f" answered in {answer_s:.1f} s after {result['load_s']:.1f} s of loading{per_1000}")
+            + f" answered in {answer_s:.1f} s after {result['load_s']:.1f} s of loading{per_1000}"
+            + (f" ({len(reused)} (task, source) reused from an interrupted evaluation)" if reused else ""))
 
