@@ -398,3 +398,21 @@ def test_an_interrupted_evaluation_resumes_with_the_groups_it_answered(tmp_path,
     assert resumed["results"] == whole["results"] and not partial.exists()
     record = read_run(tmp_path / "base-tiny")
     assert record.complete and record.problems == []
+
+
+def test_the_command_stopped_by_ctrl_c_exits_130_saying_what_is_kept(tmp_path, monkeypatch, capsys):
+    from consistency_amp.evaluation.evaluate import cli
+    answer, asked = ev.answer_examples, []
+
+    def interrupted(group, *args, **kwargs):
+        asked.append(group[0].task)
+        if len(asked) == 2: raise KeyboardInterrupt                         # Ctrl-C in the second group
+        return answer(group, *args, **kwargs)
+    monkeypatch.setattr(ev, "answer_examples", interrupted)
+    argv = ["--model", TINY_MODEL, "--tasks", "depth,size", "--sources", "SUNRGBD", "--max_examples", "1", "--max_new_tokens", "2",
+            "--runs_dir", str(tmp_path)]
+    assert cli(argv) == 130
+    err = capsys.readouterr().err
+    assert "the same command goes on from them" in err and "Traceback" not in err
+    monkeypatch.undo()
+    assert cli(argv) == 0 and "reused the answers of depth/SUNRGBD" in capsys.readouterr().out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,11 +130,12 @@ def main(argv: list[str] | None = None) -> Path:
 
 # %% ../../nbs/52_evaluate.ipynb #a7eebe76
 def cli(argv: list[str] | None = None) -> int:
-    "`main` for the console script `consistency-amp-evaluate`: bad parameters, existing results and missing data end in one line, exit 2."
+    "`main` for the console script `consistency-amp-evaluate`: bad parameters, existing results and missing data end in one line, exit 2; Ctrl-C exits 130 without a traceback."
     try: main(argv)
     except (ValueError, FileExistsError, FileNotFoundError) as e:   # FileNotFoundError: no Omni3D files under data_root
         print(f"python -m consistency_amp.evaluation.evaluate: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt: return 128 + signal.SIGINT   # Ctrl-C: `evaluate_run` has said what is kept; no traceback
     return 0
 
 # %% ../../nbs/52_evaluate.ipynb #632a7fec
