@@ -83,6 +83,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                 'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out.check_test_split': ( 'held_out.html#check_test_split',
                                                                                                                'consistency_amp/evaluation/held_out.py'),
+                                                     'consistency_amp.evaluation.held_out.code_digest': ( 'held_out.html#code_digest',
+                                                                                                          'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out.evaluate': ( 'held_out.html#evaluate',
                                                                                                        'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out.example_rows': ( 'held_out.html#example_rows',

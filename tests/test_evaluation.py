@@ -416,3 +416,22 @@ def test_the_command_stopped_by_ctrl_c_exits_130_saying_what_is_kept(tmp_path, m
     assert "the same command goes on from them" in err and "Traceback" not in err
     monkeypatch.undo()
     assert cli(argv) == 0 and "reused the answers of depth/SUNRGBD" in capsys.readouterr().out
+
+
+def test_the_command_preempted_by_sigterm_keeps_its_groups_and_goes_on(tmp_path):
+    "A real SIGTERM (a scheduler's preemption) once the first group is stored: exit 143 and one line saying what is kept; the same command reuses it."
+    import os, signal, subprocess, sys, time
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    argv = [sys.executable, "-m", "consistency_amp.evaluation.evaluate", "--model", "spatial-base-large", "--tasks",
+            "depth,size,orientation", "--sources", "SUNRGBD", "--batch_size", "1", "--consistency_samples", "4", "--runs_dir", str(tmp_path)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial, deadline = tmp_path / "base-spatial-base-large" / EVAL_DIR / ".partial-test", time.monotonic() + 240
+    while proc.poll() is None and not any(partial.glob("*.json")) and time.monotonic() < deadline: time.sleep(0.2)
+    assert proc.poll() is None, "the evaluation ended before its first group was stored: too small to preempt"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "are kept in" in err and "the same command goes on from them" in err and "Traceback" not in err, err[-2000:]
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "reused the answers of depth/SUNRGBD" in again.stdout, again.stderr[-2000:]
+    assert (partial.parent / "test.json").is_file() and not partial.exists()

@@ -63,6 +63,7 @@ def test_settings_refused_by_trl_or_the_loader_exit_before_the_run_folder(tmp_pa
                            (["--model", str(tmp_path / "no-model")], "does not exist"),
                            (["--attn_implementation", "flash_attn2"], "attn_implementation='flash_attn2' cannot load"),
                            (["--lora_target_modules", "qproj"], "LoRA `target_modules`=['qproj'] matched nothing"),
+                           (["--lora_target_modules", "qkv"], "would train the frozen vision tower"),
                            (["--data_root", str(damaged)], f"{damaged / 'SUNRGBD_train.json'}: not valid JSON")):
         done = run(args, tmp_path, timeout=300)
         assert done.returncode == 1 and expected in done.stderr and "Traceback" not in done.stderr, (args, done.stderr[-2000:])

@@ -46,7 +46,7 @@ class EvalArguments:
     consistency_samples: int = help_field(1, "Sampled transformations per example for self-consistency (0: skip it).")
     max_new_tokens: int | None = help_field(None, f"New tokens per answer; empty: {DEFAULT_MAX_NEW_TOKENS}, or 16 for the tiny model.")
     eval_name: str | None = help_field(None, "The results file runs/<run>/eval/<eval_name>.json; empty: test, or test-first<max_examples>.")
-    overwrite: bool = help_field(False, "Replace an existing results file (never replaced otherwise), answering every (task, source) again; without it, an interrupted evaluation goes on from the groups it answered.")
+    overwrite: bool = help_field(False, "Replace an existing results file (never replaced otherwise). Either way, an interrupted evaluation of the same settings and code goes on from the groups it kept in eval/.partial-<eval_name>/ (delete it to answer them again).")
     seed: int = help_field(0, "Seed of the sampled transformations.")
     examples: bool = help_field(False, "Also store every example's completion and answer in the results file.")
     runs_dir: str | None = help_field(None, "The runs folder; empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")
@@ -130,12 +130,18 @@ def main(argv: list[str] | None = None) -> Path:
 
 # %% ../../nbs/52_evaluate.ipynb #a7eebe76
 def cli(argv: list[str] | None = None) -> int:
-    "`main` for the console script `consistency-amp-evaluate`: bad parameters, existing results and missing data end in one line, exit 2; Ctrl-C exits 130 without a traceback."
+    "`main` for the console script `consistency-amp-evaluate`: bad parameters, existing results and missing data end in one line, exit 2; Ctrl-C or SIGTERM (a preemption) says what is kept and exits 128 + the signal, without a traceback."
+    stopped_by = []
+    def stop(signum, frame):                      # SIGTERM stops like Ctrl-C, so that `evaluate_run` says what it keeps
+        stopped_by.append(signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    before = signal.signal(signal.SIGTERM, stop)
     try: main(argv)
     except (ValueError, FileExistsError, FileNotFoundError) as e:   # FileNotFoundError: no Omni3D files under data_root
         print(f"python -m consistency_amp.evaluation.evaluate: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt: return 128 + signal.SIGINT   # Ctrl-C: `evaluate_run` has said what is kept; no traceback
+    except KeyboardInterrupt: return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
+    finally: signal.signal(signal.SIGTERM, before)
     return 0
 
 # %% ../../nbs/52_evaluate.ipynb #632a7fec

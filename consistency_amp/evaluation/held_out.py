@@ -5,6 +5,7 @@
 # %% ../../nbs/48_held_out.ipynb #52634e55
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'ANSWER_SETTINGS', 'resolve_tasks',
            'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng',
            'answer_type_of', 'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table',
-           'check_eval_params', 'answers_key', 'stored_answers', 'evaluate', 'answering_time']
+           'check_eval_params', 'code_digest', 'answers_key', 'stored_answers', 'evaluate', 'answering_time']
 
 # %% ../../nbs/48_held_out.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -254,9 +255,16 @@ def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: 
 ANSWER_SETTINGS = ("batch_size", "consistency_samples", "max_new_tokens", "seed")   # the evaluation parameters answers depend on
 # (the batch too: a batch's padding can change a greedy answer in bfloat16)
 
+@functools.cache                                  # the code a process runs does not change under it
+def code_digest() -> str:
+    "A digest of this package's source: answers stored by other code are not reused (a parser fixed since, say)."
+    import consistency_amp
+    files = sorted(Path(consistency_amp.__file__).parent.rglob("*.py"))
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+
 def answers_key(settings: dict, group: Sequence[Example]) -> str:
-    "A digest of what one (task, source)'s answers depend on: the model, adapter, data and decoding `settings`, and its examples."
-    blob = json.dumps(dict(settings, uids=[e.uid for e in group]), sort_keys=True, default=str)
+    "A digest of what one (task, source)'s answers depend on: the model, adapter, data and decoding `settings`, its examples and this code."
+    blob = json.dumps(dict(settings, uids=[e.uid for e in group], code=code_digest()), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 def stored_answers(path, key: str) -> list[dict] | None:

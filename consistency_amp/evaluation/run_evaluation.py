@@ -97,7 +97,7 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
                  tasks=TASKS, sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                  consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
                  device=None, progress: bool = True, examples: bool = False, backend: str = "transformers") -> Path:
-    "Evaluate a run — a complete training run with its adapter/, or an evaluation-only run — into runs/<run>/eval/<eval_name>.json; print its results table. The groups of an interrupted evaluation, kept in eval/.partial-<eval_name>/, are reused (not with `overwrite`)."
+    "Evaluate a run — a complete training run with its adapter/, or an evaluation-only run — into runs/<run>/eval/<eval_name>.json; print its results table. The groups of an interrupted evaluation of the same settings and code, kept in eval/.partial-<eval_name>/, are reused."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     path = eval_path(_run_folder(run, runs_dir), eval_name or default_eval_name(max_examples))
     _refuse_existing(path, overwrite)
@@ -112,7 +112,6 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     else: raise ValueError(f"run {record.name!r}: params.json has kind {record.kind!r}, not one of train, base, external")
     if data_root is None: data_root = record.params.get("data_root")   # the run's own data (None: the synthetic world)
     partial = path.with_name(f".partial-{path.stem}")   # each (task, source) answered, until the results file is written
-    if overwrite and process_group()[0] == 0: shutil.rmtree(partial, ignore_errors=True)   # asked to answer everything again
     try: results, records = evaluate(record.params["model"], adapter=adapter, data_root=data_root, device=device,
                                      progress=progress, return_records=True, backend=backend, partial_dir=partial, **p)
     except BaseException:                                # a kill, a preemption, a fault: say what is kept and how to go on
@@ -180,6 +179,6 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
     except BaseException as e:
         if created and process_group()[0] == 0:
             if any((folder / EVAL_DIR).glob("*.json")) or any((folder / EVAL_DIR).glob(".partial-*/*.json")):   # results to keep
-                write_status(folder, "failed", 0, error=f"{type(e).__name__}: {e}")
+                write_status(folder, "interrupted" if isinstance(e, KeyboardInterrupt) else "failed", 0, error=f"{type(e).__name__}: {e}")
             else: shutil.rmtree(folder, ignore_errors=True)   # made by this call, holding no result: no empty run left behind
         raise

@@ -219,9 +219,13 @@ def check_loadable(name_or_path, *, target_modules: str | list[str] | None = Non
             model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation, dtype=torch.bfloat16,
                                                             trust_remote_code=trust_remote_code)
     except (ImportError, ValueError) as e: raise ValueError(f"attn_implementation={attn_implementation!r} cannot load {path!r}: {e}") from None
-    if target_modules is not None:
-        peft_config = lora_config(target_modules=target_modules)
-        if not any(check_target_module_exists(peft_config, name) for name, _ in model.named_modules()):
-            raise ValueError(f"LoRA `target_modules`={target_modules!r} matched nothing in {path!r}")
+    if target_modules is not None:                        # peft's matching; 'all-linear': every Linear but the head, as peft expands it
+        peft_config, names = lora_config(target_modules=target_modules), dict(model.named_modules())
+        hits = ([n for n, m in names.items() if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")] if target_modules == "all-linear"
+                else [n for n in names if check_target_module_exists(peft_config, n)])
+        if not hits: raise ValueError(f"LoRA `target_modules`={target_modules!r} matched nothing in {path!r}")
+        if bad := [n for n in hits if _in_any(n, vision_tower_names(model))]:   # `check_lora_placement`'s rule, before loading
+            raise ValueError(f"LoRA `target_modules`={target_modules!r} would train the frozen vision tower: {bad[:3]}"
+                             f"{'...' if len(bad) > 3 else ''}; name the language model's projections (default: {LANGUAGE_LORA_TARGETS!r})")
     return path
 

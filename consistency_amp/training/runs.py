@@ -305,7 +305,8 @@ def _exists_error(path: Path, params: dict | None = None) -> FileExistsError:
     if state == "running" and run_is_live(path): detail += f", being written by {describe_writer(_writer_of(path))}"
     resume = "resume=True (papermill: -p resume True; CLI: --resume) to continue it from its last checkpoint"
     overwrite = "overwrite=True (papermill: -p overwrite True; CLI: --overwrite) to delete it and start again"
-    ways = f"{resume}, or {overwrite}" if state in ("interrupted", "failed") else f"{overwrite}, or {resume}"
+    ways = (f"{resume}, or {overwrite}" if state in ("interrupted", "failed") else overwrite if state == "complete"   # nothing to resume
+            else f"{overwrite}, or {resume}")
     try: differ = params_diff(read_json(path / PARAMS_FILE), params) if params is not None else ""
     except (OSError, ValueError, TypeError): differ = ""
     if differ: ways = f"a new run name (run_name; CLI: --run_name), since its parameters differ ({differ}), or {overwrite}"
