@@ -59,6 +59,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                              'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out._completer': ( 'held_out.html#_completer',
                                                                                                          'consistency_amp/evaluation/held_out.py'),
+                                                     'consistency_amp.evaluation.held_out._from_main': ( 'held_out.html#_from_main',
+                                                                                                         'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out._gather': ( 'held_out.html#_gather',
                                                                                                       'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out._load_adapter': ( 'held_out.html#_load_adapter',

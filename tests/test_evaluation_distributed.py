@@ -29,3 +29,36 @@ def test_two_processes_equal_one(tmp_path):
            [{k: v for k, v in r.items() if k not in drop} for r in two["results"]]
     assert (one["processes"], two["processes"]) == (1, 2)      # the second was sharded
     assert one["examples"] == two["examples"]                  # every completion, every draw, in the same order
+
+
+# the evaluation command with its first (task, source) answered, then Ctrl-C in the second, as a job stopped partway
+INTERRUPTED = """
+import sys
+import consistency_amp.evaluation.held_out as ev
+answer, groups = ev.answer_examples, []
+def stopped_in_the_second_group(group, *args, **kwargs):
+    groups.append(group[0].task)
+    if len(groups) == 2: raise KeyboardInterrupt
+    return answer(group, *args, **kwargs)
+ev.answer_examples = stopped_in_the_second_group
+from consistency_amp.evaluation.evaluate import cli
+sys.exit(cli(sys.argv[1:]))
+"""
+
+
+def test_two_processes_go_on_from_the_groups_one_process_kept(tmp_path):
+    "Stopped partway in one process, the evaluation is finished by two: they reuse the stored group together and write the uninterrupted results."
+    one = _evaluate(tmp_path, "one", [sys.executable])
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    stopped = subprocess.run([sys.executable, "-c", INTERRUPTED, *ARGS, "--runs_dir", str(tmp_path / "resumed")], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=900)
+    assert stopped.returncode == 130 and "the same command goes on from them" in stopped.stderr, stopped.stderr[-3000:]
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+                           "-m", "consistency_amp.evaluation.evaluate", *ARGS, "--runs_dir", str(tmp_path / "resumed")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and done.stdout.count("reused the answers of depth/SUNRGBD") == 1, done.stderr[-3000:]   # said once
+    (written,) = (tmp_path / "resumed" / "base-tiny" / "eval").glob("*.json")
+    two = json.loads(written.read_text())
+    assert (two["processes"], two["reused"]) == (2, ["depth/SUNRGBD"])
+    assert two["results"] == one["results"] and two["examples"] == one["examples"]
+    assert not list((tmp_path / "resumed" / "base-tiny" / "eval").glob(".partial-*"))

@@ -137,6 +137,14 @@ def _gather(items: list) -> list:
     dist.all_gather_object(parts, items)
     return [x for part in parts for x in part]
 
+def _from_main(obj):
+    "The main process's `obj` in every process (`obj` itself in one process): what all must agree on, e.g. the stored answers to reuse."
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1: return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
 def _barrier() -> None:
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized(): dist.barrier()
@@ -281,7 +289,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
              consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
              device=None, progress: bool = True, return_records: bool = False, backend: str = "transformers",
              partial_dir=None):
-    "Greedy test-split accuracy, format and unparseable rates and self-consistency of a model on every (task, source); with `partial_dir` (one process), each (task, source) answered is stored there and reused by the same evaluation started again."
+    "Greedy test-split accuracy, format and unparseable rates and self-consistency of a model on every (task, source); with `partial_dir`, each (task, source) answered is stored there (by the main process) and reused by the same evaluation started again."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     _check_adapter(adapter, model_or_name)
     start = time.perf_counter()
@@ -291,15 +299,16 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
     records, results, shard, reused = [], [], process_group(), []
     settings = dict(model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter), backend=backend,
                     data_root=None if data_root is None else os.fspath(data_root), **{k: p[k] for k in ANSWER_SETTINGS})
-    resumable = partial_dir is not None and shard[1] == 1   # (several processes would first have to agree on what is stored)
     for (task, source), group in examples.items():
-        stored, key = (Path(partial_dir) / f"{task}-{source}.json" if resumable else None), answers_key(settings, group)
-        if (answered := stored_answers(stored, key) if resumable else None) is not None: reused.append(f"{task}/{source}")
+        stored, key = (None if partial_dir is None else Path(partial_dir) / f"{task}-{source}.json"), answers_key(settings, group)
+        # the main process reads what is stored, and every process takes its answer: all reuse, or all answer together
+        if (answered := _from_main(stored_answers(stored, key) if stored and shard[0] == 0 else None)) is not None:
+            reused.append(f"{task}/{source}")
         else:
             answered = answer_examples(group, completer, consistency_samples=p["consistency_samples"], seed=p["seed"],
                                        batch_size=p["batch_size"], progress=progress and shard[0] == 0, desc=f"{task}/{source}",
                                        shard=shard)
-            if resumable: write_json(stored, dict(key=key, records=answered))
+            if stored and shard[0] == 0: write_json(stored, dict(key=key, records=answered))
         records += answered
         results.append(summarize(answered, task, source))
     out = dict(run=None, model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter),
@@ -310,7 +319,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
                max_examples=p["max_examples"], tasks=list(p["tasks"]), sources=list(p["sources"]), processes=shard[1],
                load_s=round(loaded - start, 3), elapsed_s=round(time.perf_counter() - start, 3), results=results,
                **({"reused": reused} if reused else {}))
-    if reused and progress: print(f"reused the answers of {', '.join(reused)}, stored by an interrupted evaluation in {partial_dir}")
+    if reused and progress and shard[0] == 0: print(f"reused the answers of {', '.join(reused)}, stored by an interrupted evaluation in {partial_dir}")
     return (out, records) if return_records else out
 
 # %% ../../nbs/48_held_out.ipynb #cccc3598
