@@ -991,6 +991,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                'consistency_amp/training/model_card.py')},
             'consistency_amp.training.models': { 'consistency_amp.training.models._in_any': ( 'models.html#_in_any',
                                                                                               'consistency_amp/training/models.py'),
+                                                 'consistency_amp.training.models._with_lora': ( 'models.html#_with_lora',
+                                                                                                 'consistency_amp/training/models.py'),
                                                  'consistency_amp.training.models.check_loadable': ( 'models.html#check_loadable',
                                                                                                      'consistency_amp/training/models.py'),
                                                  'consistency_amp.training.models.check_lora_placement': ( 'models.html#check_lora_placement',

@@ -184,6 +184,14 @@ def save_adapter(model, out_dir: str | os.PathLike) -> Path:
     return Path(out_dir)
 
 # %% ../../nbs/41_models.ipynb #ac72a9d2
+def _with_lora(model, peft_config, path, target_modules):
+    "`model` with peft's LoRA (`peft_config`, for the `target_modules` given), placed on the language model only (`check_lora_placement`); ValueError naming the targets otherwise."
+    try: model = get_peft_model(model, peft_config)
+    except ValueError as e:  # peft: no module matched
+        raise ValueError(f"LoRA `target_modules`={target_modules!r} matched nothing in {path!r}: {e}") from e
+    check_lora_placement(model)
+    return model
+
 def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, lora: bool = True, lora_r: int = LORA_R,
                lora_alpha: float = LORA_ALPHA, lora_dropout: float = LORA_DROPOUT,
                target_modules: str | list[str] = LANGUAGE_LORA_TARGETS, adapter: str | os.PathLike | None = None,
@@ -198,11 +206,7 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, lora: bool = 
     freeze_vision_tower(model)
     if adapter is not None:
         model = load_adapter(model, adapter)
-    elif peft_config is not None:
-        try: model = get_peft_model(model, peft_config)
-        except ValueError as e:  # peft: no module matched
-            raise ValueError(f"LoRA `target_modules`={target_modules!r} matched nothing in {path!r}: {e}") from e
-        check_lora_placement(model)
+    elif peft_config is not None: model = _with_lora(model, peft_config, path, target_modules)
     return model, load_processor(path, trust_remote_code=trust_remote_code)
 
 # %% ../../nbs/41_models.ipynb #c36fe08e
@@ -211,7 +215,6 @@ def check_loadable(name_or_path, *, target_modules: str | list[str] | None = Non
     "The model's path (`find_model`); with an `attn_implementation` or LoRA `target_modules`, its architecture built without weights first, and a ValueError naming the setting `load_model` would refuse. Other `load_model` keywords are accepted and left alone."
     path = find_model(name_or_path)
     if attn_implementation is None and target_modules is None: return path
-    from peft.tuners.tuners_utils import check_target_module_exists
     from transformers import AutoConfig
     config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
     try:
@@ -219,13 +222,6 @@ def check_loadable(name_or_path, *, target_modules: str | list[str] | None = Non
             model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation, dtype=torch.bfloat16,
                                                             trust_remote_code=trust_remote_code)
     except (ImportError, ValueError) as e: raise ValueError(f"attn_implementation={attn_implementation!r} cannot load {path!r}: {e}") from None
-    if target_modules is not None:                        # peft's matching; 'all-linear': every Linear but the head, as peft expands it
-        peft_config, names = lora_config(target_modules=target_modules), dict(model.named_modules())
-        hits = ([n for n, m in names.items() if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")] if target_modules == "all-linear"
-                else [n for n in names if check_target_module_exists(peft_config, n)])
-        if not hits: raise ValueError(f"LoRA `target_modules`={target_modules!r} matched nothing in {path!r}")
-        if bad := [n for n in hits if _in_any(n, vision_tower_names(model))]:   # `check_lora_placement`'s rule, before loading
-            raise ValueError(f"LoRA `target_modules`={target_modules!r} would train the frozen vision tower: {bad[:3]}"
-                             f"{'...' if len(bad) > 3 else ''}; name the language model's projections (default: {LANGUAGE_LORA_TARGETS!r})")
+    if target_modules is not None: _with_lora(model, lora_config(target_modules=target_modules), path, target_modules)   # as `load_model` places it
     return path
 
