@@ -1295,6 +1295,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                         'consistency_amp/training/train.py'),
                                                 'consistency_amp.training.train.cpu_threads': ( 'train_entry.html#cpu_threads',
                                                                                                 'consistency_amp/training/train.py'),
+                                                'consistency_amp.training.train.finished_checkpoint': ( 'train_entry.html#finished_checkpoint',
+                                                                                                        'consistency_amp/training/train.py'),
                                                 'consistency_amp.training.train.load_for_training': ( 'train_entry.html#load_for_training',
                                                                                                       'consistency_amp/training/train.py'),
                                                 'consistency_amp.training.train.main': ( 'train_entry.html#main',

@@ -5,7 +5,8 @@ The tiny model's own completions never parse, so every reward would be 0 and eve
 every other; the completions are instead drawn with torch's RNG from three scripted answers (so a resumed run must
 restore the RNG state to match an uninterrupted one). FAULT_STEP_DELAY seconds of sleep per generation give a test
 time to send a signal mid-run; FAULT_PID_DIR, when set, receives one `rank<r>.pid` file per process;
-FAULT_DISK_FULL_AT_STEP makes writing that step's log line fail as a full disk does.
+FAULT_DISK_FULL_AT_STEP makes writing that step's log line fail as a full disk does; FAULT_KILL_BEFORE_ADAPTER kills the
+process (SIGKILL) after the last step's checkpoint, just before the final adapter is saved.
 """
 import os
 import sys
@@ -43,10 +44,18 @@ def disk_full_at(step: int):
     rc.append_jsonl = failing
 
 
+def killed_before_adapter():
+    "SIGKILL instead of saving the final adapter: the run ends with its last checkpoint and no adapter."
+    import signal
+    import consistency_amp.training.train as entry
+    entry.save_final_adapter = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+
+
 if __name__ == "__main__":
     if os.environ.get("FAULT_PID_DIR"):
         Path(os.environ["FAULT_PID_DIR"], f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
     scripted_generation()
     if os.environ.get("FAULT_DISK_FULL_AT_STEP"): disk_full_at(int(os.environ["FAULT_DISK_FULL_AT_STEP"]))
+    if os.environ.get("FAULT_KILL_BEFORE_ADAPTER"): killed_before_adapter()
     from consistency_amp.training.train import main
     main(sys.argv[1:])

@@ -124,6 +124,17 @@ def test_resume_of_a_complete_run_trains_nothing_and_changes_nothing(runs, unint
     assert run_is_live(run) is False
 
 
+def test_a_run_killed_after_its_last_checkpoint_resumes_without_another_step(runs, uninterrupted):
+    "Killed between the last step's checkpoint and the final adapter: --resume saves checkpoint-6's adapter, trains no step 7."
+    code, _, err = finish(start(runs, "killed_at_the_end", FAULT_KILL_BEFORE_ADAPTER=1))
+    run = runs / "killed_at_the_end"
+    assert code == -9 and not (run / "adapter").exists(), err[-3000:]
+    record = read_run(run)
+    assert (record.state, record.resume_step) == ("interrupted", 6)
+    assert_resumes_exactly(runs, "killed_at_the_end", uninterrupted)
+    assert max(int(p.name.split("-")[1]) for p in (run / "checkpoints").glob("checkpoint-*")) == 6     # none past the end
+
+
 def test_sigterm_saves_the_step_and_resume_equals_the_uninterrupted_run(runs, uninterrupted):
     proc = start(runs, "sigterm", delay=1.0)
     wait_for_step(runs / "sigterm", 1, proc)

@@ -118,3 +118,25 @@ def test_torchrun_refuses_a_setting_in_every_process_alike(tmp_path):
     proc = under_torchrun(["--model", str(tmp_path / "no-model"), "--runs_dir", str(tmp_path / "runs")])
     assert_refused(proc, f"python -m consistency_amp.training.train: error: model directory '{tmp_path / 'no-model'}' does not exist")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--task", "height"], "invalid choice: 'height' (choose from"),
+    (["--pairing", "greedy"], "invalid choice: 'greedy'"),
+    (["-K", "1"], "num_generations (the group size K) must be an integer >= 2"),
+    (["--data_root", "/no/such/omni3d"], "data_root '/no/such/omni3d' does not exist"),
+])
+def test_cli_rejects_invalid_flags_with_the_choices(tmp_path, flags, expected):
+    proc = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", *FLAGS, *flags, "--runs_dir",
+                           str(tmp_path / "runs")], env=environment(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_help_lists_every_parameter():
+    from dataclasses import fields
+    from consistency_amp.training.train import TrainParams
+    proc = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0
+    assert all(f"--{f.name}" in proc.stdout for f in fields(TrainParams)) and "torchrun" in proc.stdout

@@ -256,9 +256,10 @@ def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
     pairs = Dataset.from_list([dict(prompt=question(a, b), prompt_augmented=question(b, a), relation="opposite", answer_type="boolean")
                                for a, b in [(7, 3), (2, 9)]])
     model, tokenizer = load_text_model()
-    args = OTGRPOConfig(output_dir=str(tmp_path / "own"), use_cpu=True, bf16=False, report_to="none", save_strategy="steps",
-                        save_steps=1, num_generations=2, pairs_per_device=1, max_completion_length=4, max_steps=1,
-                        gradient_checkpointing=False)
+    config = lambda max_steps: OTGRPOConfig(output_dir=str(tmp_path / "own"), use_cpu=True, bf16=False, report_to="none",
+                                            save_strategy="steps", save_steps=1, num_generations=2, pairs_per_device=1,
+                                            max_completion_length=4, max_steps=max_steps, gradient_checkpointing=False)
+    args = config(max_steps=1)
     OTGRPOTrainer(model, args, pairs, processing_class=tokenizer).train()
     digest = lambda: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((tmp_path / "own").rglob("*")) if p.is_file()}
     before = digest()
@@ -267,4 +268,11 @@ def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
     with pytest.raises(FileExistsError, match=r"holds an earlier run's checkpoints \(checkpoint-1\).*resume_from_checkpoint=True"):
         again.train()
     assert digest() == before                                              # nothing written over
-    assert again.train(resume_from_checkpoint=True).global_step >= 1      # resuming the run it holds is not refused
+    # Trainer, resumed from a checkpoint at max_steps, would train one step more (checkpoint-2): refused, in both forms
+    for resume in (True, str(tmp_path / "own" / "checkpoint-1")):
+        with pytest.raises(ValueError, match=r"checkpoint-1 is at step 1 of max_steps=1: the run is complete"):
+            again.train(resume_from_checkpoint=resume)
+    assert digest() == before
+    longer = OTGRPOTrainer(model, config(max_steps=2), pairs, processing_class=tokenizer)
+    assert longer.train(resume_from_checkpoint=True).global_step == 2    # resuming the run it holds, to a later max_steps
+    assert sorted(p.name for p in (tmp_path / "own").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]

@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 
 from .run_lock import release_run_lock
-from .runs import (check_startable, checkpoint_step, CHECKPOINTS_DIR, create_run, effective_state, last_checkpoint, run_path,
-                                           write_status)
+from .runs import (ADAPTER_WEIGHTS, check_startable, checkpoint_step, CHECKPOINTS_DIR, create_run, effective_state, last_checkpoint, run_path,
+                                           TRAINER_STATE_FILE, write_status)
 from .model_card import save_final_adapter   # (train.save_final_adapter stays importable)
 from .run_callback import run_callback, StopRequest
 from ..reward.ssl import SSL_TASKS
@@ -27,7 +27,7 @@ _logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['world_size', 'start_run', 'train_examples', 'trainer_config', 'load_for_training', 'checked_before_run',
-           'cpu_threads', 'train_run', 'prepare_run', 'run_training', 'main', 'cli']
+           'cpu_threads', 'finished_checkpoint', 'train_run', 'prepare_run', 'run_training', 'main', 'cli']
 
 # %% ../../nbs/43_train_entry.ipynb #c5893031
 def world_size() -> int: return int(os.environ.get("WORLD_SIZE", "1"))
@@ -129,6 +129,17 @@ def cpu_threads(environ=os.environ) -> int | None:
     torch.set_num_threads(threads)
     return threads
 
+# %% ../../nbs/43_train_entry.ipynb #4c8ad872
+def finished_checkpoint(trainer, checkpoint: str | os.PathLike) -> None:
+    "Put `trainer` in the state of a run's last `checkpoint` without a step, as `Trainer.train` loads it on resuming: its weights (the LoRA adapter) and its `TrainerState`. (Resuming through `Trainer.train` would train one step more.)"
+    from transformers import TrainerState
+    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:   # Trainer loads these only inside train, after wrapping
+        raise ValueError(f"the run stopped after its last checkpoint ({checkpoint}), before its adapter was saved; under "
+                         f"DeepSpeed or FSDP it is not reloaded here: the final adapter is that checkpoint's {ADAPTER_WEIGHTS}")
+    trainer._load_from_checkpoint(str(checkpoint))     # Trainer.train's own loading (a peft adapter included)
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_FILE))
+
+
 # %% ../../nbs/43_train_entry.ipynb #513496a5
 def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, examples: list | None = None, config=None):
     "Train the run of `params` in `run_dir` (created by the main process when None; `config` from `checked_before_run`, else built here); returns (run_dir, trainer), trainer None where `resume` met a complete run."
@@ -165,7 +176,10 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         else: trainer = OTGRPOTrainer(model, config, examples, processing_class=processor, peft_config=peft_config,
                                       make_pair=make_pair, callbacks=[callback])
         if checkpoint is not None and main: _logger.info(f"resuming {run_dir.name} from {checkpoint.name}")
-        with stop: trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+        if checkpoint is not None and checkpoint_step(checkpoint) >= params.steps:   # killed after the last checkpoint
+            finished_checkpoint(trainer, checkpoint)
+        else:
+            with stop: trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         step = trainer.state.global_step
         if step < params.steps:                   # stop_after or a signal: a checkpoint was saved; resume to finish
             if main: write_status(run_dir, "interrupted", step, params.steps, stopped_by=callback.stopped_by)

@@ -23,6 +23,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int, help_field
+from .runs import read_json
 from ..reward.pairing import consistency_reward_func
 from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
     shared_prompt_logps)
@@ -323,12 +324,17 @@ class OTGRPOTrainer(GRPOTrainer):
         if args.use_vllm: adapt_vllm_generation(self.vllm_generation, args.vllm_mode)   # TRL 1.16's two gaps with images
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        "`Trainer.train`; a fresh start into an `output_dir` that holds an earlier run's checkpoints is refused (Trainer would write over them)."
-        folder = self.args.output_dir
-        if not resume_from_checkpoint and self.args.save_strategy != "no" and os.path.isdir(folder) and (last := get_last_checkpoint(folder)):
+        "`Trainer.train`, refusing what Trainer does silently: a fresh start into an `output_dir` that holds an earlier run's checkpoints (it writes over them), and a resume from a checkpoint already at `max_steps` (it trains one step more)."
+        folder, max_steps = self.args.output_dir, self.args.max_steps
+        last = get_last_checkpoint(folder) if os.path.isdir(folder) else None
+        if not resume_from_checkpoint and last and self.args.save_strategy != "no":
             raise FileExistsError(f"output_dir {folder} holds an earlier run's checkpoints ({os.path.basename(last)}): training "
                                   "would write over them. Continue that run with train(resume_from_checkpoint=True), or "
                                   "choose another output_dir")
+        state = os.path.join((last or "") if resume_from_checkpoint is True else str(resume_from_checkpoint or ""), "trainer_state.json")
+        if resume_from_checkpoint and max_steps > 0 and os.path.isfile(state) and (step := read_json(state)["global_step"]) >= max_steps:
+            raise ValueError(f"{os.path.dirname(state)} is at step {step} of max_steps={max_steps}: the run is complete, and "
+                             "resuming it would train one step more. Its adapter is in that checkpoint; raise max_steps to train on")
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
