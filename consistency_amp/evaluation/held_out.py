@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
@@ -296,7 +297,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
     completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device)
     loaded = time.perf_counter()   # the test data read and the model loaded (or vLLM's engine started)
-    records, results, shard, reused = [], [], process_group(), []
+    records, results, shard, reused, replaced = [], [], process_group(), [], []
     settings = dict(model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter), backend=backend,
                     data_root=None if data_root is None else os.fspath(data_root), **{k: p[k] for k in ANSWER_SETTINGS})
     for (task, source), group in examples.items():
@@ -305,6 +306,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
         if (answered := _from_main(stored_answers(stored, key) if stored and shard[0] == 0 else None)) is not None:
             reused.append(f"{task}/{source}")
         else:
+            if stored and shard[0] == 0 and stored.is_file(): replaced.append(f"{task}/{source}")
             answered = answer_examples(group, completer, consistency_samples=p["consistency_samples"], seed=p["seed"],
                                        batch_size=p["batch_size"], progress=progress and shard[0] == 0, desc=f"{task}/{source}",
                                        shard=shard)
@@ -319,6 +321,8 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
                max_examples=p["max_examples"], tasks=list(p["tasks"]), sources=list(p["sources"]), processes=shard[1],
                load_s=round(loaded - start, 3), elapsed_s=round(time.perf_counter() - start, 3), results=results,
                **({"reused": reused} if reused else {}))
+    if replaced: warnings.warn(f"the answers kept in {partial_dir} for {', '.join(replaced)} were of other settings or code "
+                               "(or damaged): answered again, and replaced")
     if reused and progress and shard[0] == 0: print(f"reused the answers of {', '.join(reused)}, stored by an interrupted evaluation in {partial_dir}")
     return (out, records) if return_records else out
 
