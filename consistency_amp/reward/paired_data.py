@@ -44,6 +44,8 @@ def _check_prompt(prompt, column: str, where: str) -> bool:
                          f"got {type(prompt).__name__} {str(prompt)[:80]!r}")
     if bad := [m["role"] for m in prompt if m["role"] not in MESSAGE_ROLES]:
         raise ValueError(f"{where}: column {column!r}: role {bad[0]!r} is not one of {', '.join(MESSAGE_ROLES)}")
+    if empty := [m["role"] for m in prompt if not (m["content"].strip() if isinstance(m["content"], str) else m["content"])]:
+        raise ValueError(f"{where}: column {column!r}: a {empty[0]!r} message has empty content")
     return True
 
 def _check_truth(value, answer_type: str, column: str, where: str) -> None:
