@@ -253,3 +253,45 @@ def test_mini_launcher_creates_complete_runs_resumes_and_is_idempotent(tmp_path)
     # the same runs serve Figure 3 (the base and the depth run): complete there too, the others missing
     f3 = manifest_status("mini", tmp_path, manifest_=m, figures="figure_3").set_index("run").status
     assert f3[[train["name"], "base-spatial-base-large"]].tolist() == ["complete", "complete"] and (f3 == "missing").sum() == 7
+
+
+def test_a_signal_stops_the_mini_launcher_after_the_current_run_and_the_same_call_resumes(tmp_path, monkeypatch):
+    """SIGTERM while a run trains: that run stops after its step with a checkpoint and is not evaluated; while a run is
+    evaluated: that run is finished. Either way no further run starts, one line says how to resume, and the launcher
+    exits with 143. (Before, it went on through the whole queue and exited 1.)"""
+    import signal
+    import consistency_amp.grid.launcher as launcher
+    import consistency_amp.training.train as entry
+    small = dict(steps=2, max_examples=1, consistency_samples=0)
+    todo = missing_runs("mini", tmp_path, manifest_=manifest("mini", **small), figures="appendix_c")
+    train, base = (next(s["name"] for s in todo if s["kind"] == kind) for kind in ("train", "base"))
+
+    class SignalledInTraining(entry.StopRequest):
+        def __enter__(self):
+            super().__enter__()
+            os.kill(os.getpid(), signal.SIGTERM)       # arrives at once, during the run's training
+            return self
+    monkeypatch.setattr(entry, "StopRequest", SignalledInTraining)
+    out = io.StringIO()
+    monkeypatch.setattr(launcher, "missing_runs", lambda *a, _real=launcher.missing_runs, **k:
+                        sorted(_real(*a, **k), key=lambda s: s["kind"] != "train"))   # the training run first
+    with pytest.raises(SystemExit) as stopped:
+        launch_missing("mini", tmp_path, figures="appendix_c", progress=False, file=out, **small)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    record = read_run(tmp_path / train)
+    assert (record.state, record.resume_step, record.evals) == ("interrupted", 1, {}), out.getvalue()
+    assert not (tmp_path / base).exists()                                   # no further run started
+    assert "stopped by SIGTERM: 2 run(s) left" in out.getvalue() and "the same command resumes" in out.getvalue()
+
+    monkeypatch.setattr(entry, "StopRequest", SignalledInTraining.__mro__[1])   # no more signals in training
+    def signalled_in_evaluation(spec, runs, folder, _real=launcher._evaluate_here):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return _real(spec, runs, folder)
+    monkeypatch.setattr(launcher, "_evaluate_here", signalled_in_evaluation)
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as stopped:
+        launch_missing("mini", tmp_path, figures="appendix_c", progress=False, file=out, **small)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    record = read_run(tmp_path / train)
+    assert record.complete and len(record.train_log) == 2 and record.evals       # resumed, finished and evaluated
+    assert not (tmp_path / base).exists() and "stopped by SIGTERM: 1 run(s) left" in out.getvalue()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 import sys
 import time
 import traceback
@@ -201,31 +202,53 @@ def _run_here(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress
         return []
     with launcher_lock(runs): return _launch(todo, blocked, m, runs, progress, file)
 
+# %% ../../nbs/56_launcher.ipynb #cee3c663
+def _launch_one(spec: dict, m: Manifest, runs: Path, file, stop) -> dict:
+    "Train (if needed) and evaluate the run of `spec`, its output in its log; what happened. A run whose training a signal stopped is not evaluated, and `stop.signum` says so."
+    log = runs / LOG_DIR / f"{spec['name']}.log"
+    start, action = time.perf_counter(), "evaluated" if spec["status"] == "needs_eval" else "trained+evaluated"
+    if spec["kind"] != "train": action = "evaluated"
+    try:
+        with _quiet(log):
+            folder = spec.get("found") or spec["name"]
+            if spec["kind"] == "train" and spec["status"] in ("missing", "incomplete"):
+                folder = _train_here(spec, runs, m.settings).name
+                if stop.signum and not read_run(runs / folder).complete:   # stopped by the signal: evaluated once finished
+                    return dict(run=spec["name"], action=action, ok=False, stopped=True, seconds=round(time.perf_counter() - start, 1))
+            _evaluate_here(spec, runs, folder)
+        return dict(run=spec["name"], action=action, ok=True, seconds=round(time.perf_counter() - start, 1))
+    except Exception as e:
+        with open(log, "a") as f: traceback.print_exc(file=f)
+        print(f"\nFAILED {spec['name']}: {type(e).__name__}: {e} (log: {log})", file=file)
+        return dict(run=spec["name"], action=action, ok=False, seconds=round(time.perf_counter() - start, 1),
+                    error=f"{type(e).__name__}: {e}"[:500], log=str(log))
+
+
 # %% ../../nbs/56_launcher.ipynb #11d75d52
+def _announce(text: str) -> None:
+    print(f"{text.split(':')[0]}: the launcher stops after the current run (Ctrl-C again stops at once)", file=sys.__stderr__,
+          flush=True)
+
 def _launch(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress: bool, file) -> list[dict]:
+    "Train and evaluate `todo` here; on SIGTERM, SIGINT or SIGUSR1 it finishes the current run (a run in training stops after its step, with a checkpoint), starts no other, says how to resume and exits with 128 + the signal."
     from tqdm import tqdm
-    done = []
-    with tqdm(total=len(todo), desc=f"{m.scale} runs", unit="run", disable=not progress) as bar:
-        for spec in todo:
-            bar.set_postfix_str(spec["name"][:60])
-            log = runs / LOG_DIR / f"{spec['name']}.log"
-            start, action = time.perf_counter(), "evaluated" if spec["status"] == "needs_eval" else "trained+evaluated"
-            if spec["kind"] != "train": action = "evaluated"
-            try:
-                with _quiet(log):
-                    folder = spec.get("found") or spec["name"]
-                    if spec["kind"] == "train" and spec["status"] in ("missing", "incomplete"):
-                        folder = _train_here(spec, runs, m.settings).name
-                    _evaluate_here(spec, runs, folder)
-                done.append(dict(run=spec["name"], action=action, ok=True, seconds=round(time.perf_counter() - start, 1)))
-            except Exception as e:
-                with open(log, "a") as f: traceback.print_exc(file=f)
-                done.append(dict(run=spec["name"], action=action, ok=False, seconds=round(time.perf_counter() - start, 1),
-                                 error=f"{type(e).__name__}: {e}"[:500], log=str(log)))
-                print(f"\nFAILED {spec['name']}: {type(e).__name__}: {e} (log: {log})", file=file)
-            bar.update(1)
+    from consistency_amp.training.run_callback import StopRequest
+    done, stop = [], StopRequest(announce=_announce)   # training runs take the signal over while they train
+    try:
+        with stop, tqdm(total=len(todo), desc=f"{m.scale} runs", unit="run", disable=not progress) as bar:
+            for spec in todo:
+                if stop.signum: break
+                bar.set_postfix_str(spec["name"][:60])
+                done.append(_launch_one(spec, m, runs, file, stop))
+                bar.update(1)
+    except KeyboardInterrupt: stop.signum = signal.SIGINT   # the second Ctrl-C: at once; the run keeps its last checkpoint
     for s in blocked: print(f"not launched, {s.status}: {s.run}: {s.detail}", file=file)
     ok = sum(d["ok"] for d in done)
-    print(f"launched {len(todo)} run(s): {ok} done, {len(todo) - ok} failed, {sum(d['seconds'] for d in done):.0f} s",
-          file=file)
+    print(f"launched {len(done)} of {len(todo)} run(s): {ok} done, {sum(not d['ok'] and not d.get('stopped') for d in done)} "
+          f"failed, {sum(d['seconds'] for d in done):.0f} s", file=file)
+    if stop.signum:
+        print(f"stopped by {signal.Signals(stop.signum).name}: {len(todo) - ok} run(s) left (an interrupted one keeps "
+              "its last checkpoint); the same command resumes", file=file, flush=True)
+        raise SystemExit(128 + stop.signum)
     return done
+

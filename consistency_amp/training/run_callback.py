@@ -135,7 +135,7 @@ STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")   # schedulers' warning, Ctrl-C,
 def _to_stderr(text: str) -> None: os.write(2, (text + "\n").encode())   # unbuffered: safe while a progress bar writes
 
 class StopRequest:
-    "Entered in the main thread, the first of STOP_SIGNALS asks training to stop after the current step (`signum`); a second SIGINT raises KeyboardInterrupt at once."
+    "Entered in the main thread, the first of STOP_SIGNALS asks training to stop after the current step (`signum`); a second SIGINT raises KeyboardInterrupt at once. A StopRequest entered around it (a launcher's) records the signal too."
     def __init__(self, announce=_to_stderr):
         self.signum, self.announce, self._previous = None, announce, {}
 
@@ -146,6 +146,8 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame):
+        outer = getattr(self._previous.get(signum), "__self__", None)   # a StopRequest around this one (e.g. a launcher's)
+        if isinstance(outer, StopRequest) and outer.signum is None: outer.signum = signum   # is asked to stop too
         if self.signum is None:
             self.signum = signum
             self.announce(f"{signal.Signals(signum).name} received: stopping after this step with a checkpoint "
