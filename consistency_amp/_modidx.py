@@ -439,6 +439,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                              'consistency_amp.grid.status._same': ('status.html#_same', 'consistency_amp/grid/status.py'),
                                              'consistency_amp.grid.status._training_detail': ( 'status.html#_training_detail',
                                                                                                'consistency_amp/grid/status.py'),
+                                             'consistency_amp.grid.status._unreadable_eval': ( 'status.html#_unreadable_eval',
+                                                                                               'consistency_amp/grid/status.py'),
                                              'consistency_amp.grid.status.eval_gaps': ( 'status.html#eval_gaps',
                                                                                         'consistency_amp/grid/status.py'),
                                              'consistency_amp.grid.status.figure_results': ( 'status.html#figure_results',

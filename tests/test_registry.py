@@ -295,3 +295,16 @@ def test_a_signal_stops_the_mini_launcher_after_the_current_run_and_the_same_cal
     record = read_run(tmp_path / train)
     assert record.complete and len(record.train_log) == 2 and record.evals       # resumed, finished and evaluated
     assert not (tmp_path / base).exists() and "stopped by SIGTERM: 1 run(s) left" in out.getvalue()
+
+
+def test_a_damaged_evaluation_file_is_named_not_called_absent_and_not_launched(tmp_path):
+    "Cut short, it is neither 'absent' (the launcher would then fail on it again and again) nor overwritten: named, with the command."
+    m = manifest("paper", data_root="/data/omni3d")
+    spec = spec_where(m, task="counting", reward="consistency")
+    run = write_fixture_run(tmp_path, spec["name"], spec_params(spec), [fixture_result("counting")])
+    path = next((run / "eval").glob("*.json"))
+    path.write_bytes(path.read_bytes()[:60])
+    row = manifest_status("paper", tmp_path, manifest_=m, figures="figure_7").set_index("run").loc[spec["name"]]
+    assert row.status == "eval_incomplete" and "absent" not in row.detail, row.detail
+    assert f"{path}: not valid JSON" in row.detail and f"--eval_name {path.stem}" in row.detail and "--overwrite" in row.detail
+    assert spec["name"] not in {s["name"] for s in missing_runs("paper", tmp_path, manifest_=m, figures="figure_7")}

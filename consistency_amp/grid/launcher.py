@@ -202,7 +202,7 @@ def _run_here(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress
         return []
     with launcher_lock(runs): return _launch(todo, blocked, m, runs, progress, file)
 
-# %% ../../nbs/56_launcher.ipynb #cee3c663
+# %% ../../nbs/56_launcher.ipynb #a42f3b53
 def _launch_one(spec: dict, m: Manifest, runs: Path, file, stop) -> dict:
     "Train (if needed) and evaluate the run of `spec`, its output in its log; what happened. A run whose training a signal stopped is not evaluated, and `stop.signum` says so."
     log = runs / LOG_DIR / f"{spec['name']}.log"

@@ -59,6 +59,15 @@ def param_differences(spec: dict, params: dict | None) -> list[str]:
     return diffs
 
 # %% ../../nbs/55_status.ipynb #e8fdb794
+def _unreadable_eval(record: RunRecord, name: str) -> tuple[list[str], list[str]]:
+    "([eval/`name`.json], []) when the file is absent; ([], [what is wrong, how to write it again]) when it is damaged (not launched: never overwritten silently)."
+    path = record.path / "eval" / f"{name}.json"
+    if not path.is_file(): return [f"eval/{name}.json"], []
+    from consistency_amp.evaluation.run_evaluation import read_eval   # its message names the file and the command
+    try: read_eval(path)
+    except (ValueError, OSError) as e: return [], [str(e)]
+    return [], [f"eval/{name}.json is not a readable results file"]
+
 def eval_gaps(spec: dict, record: RunRecord, need: dict | None = None) -> tuple[list[str], list[str]]:
     "(absent eval files, problems of present ones) of `record` for `need` ({pairs, examples}; default: everything `spec` needs)."
     absent, problems = [], []
@@ -67,7 +76,7 @@ def eval_gaps(spec: dict, record: RunRecord, need: dict | None = None) -> tuple[
     pairs = need["pairs"] if need is not None else [(t, s) for t in want["tasks"] for s in want["sources"]]
     example_pairs = need["examples"] if need is not None else want["examples"]
     ev = record.evals.get(name)
-    if ev is None: return [f"eval/{name}.json"], []
+    if ev is None: return _unreadable_eval(record, name)
     results = ev.get("results") if isinstance(ev.get("results"), list) else []
     valid = {(r.get("task"), r.get("source")) for r in results if isinstance(r, dict)
              and isinstance(r.get("accuracy"), (int, float)) and not isinstance(r.get("accuracy"), bool)
