@@ -101,6 +101,7 @@ def test_executed_notebook_reports_what_is_missing(executed):
     nb = nbformat.read(executed_nb, as_version=4)
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "run registry (mini scale)" in text and "all figures: 0/" in text
+    assert "figure_2: drawn without" in text and "\n  missing " in text                 # said where it is drawn, too
     assert "note: base: no complete run" in text                                  # Appendix C says why it is empty
     if REAL_SAMPLES is None: assert "Appendix D, real frames: skipped" in text
 
