@@ -105,7 +105,9 @@ METRICS = {  # name: (statistic of the condition means, conditions it reads, the
 # %% ../../nbs/63_science_table.ipynb #c41ff40a
 def verdict(claim, value: float, low: float, high: float) -> str:
     "Plain-words verdict of a metric's claim: reproduced / not reproduced / passes / fails, and how sure."
-    if claim is None or value is None or (isinstance(value, float) and math.isnan(value)): return ""
+    if claim is None or value is None: return ""
+    if isinstance(value, float) and math.isnan(value):   # of METRICS, only a gain ratio can be undefined: no labelled gain
+        return "undefined: the accuracy reward did not beat the base, so there is no labelled gain to recover"
     kind, threshold = claim
     if kind == "noise":   # a control passes when accuracy does not rise beyond noise
         if low > threshold: return f"FAILS: gain {value:+.3f} beyond noise"
