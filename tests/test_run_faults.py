@@ -289,7 +289,10 @@ job = ("import os, signal, sys, time, pathlib; pathlib.Path(sys.argv[1], str(os.
        "signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path(sys.argv[1], str(os.getpid())).write_text('stopped'), sys.exit(143))); "
        "time.sleep(120)")
 E._job_command = lambda config, condition, seed, runs_dir: [sys.executable, "-c", job, out]
-E.launch(E.ExperimentConfig(conditions=("accuracy",), seeds=(0, 1, 2)), out, workers=1)
+config = E.ExperimentConfig(conditions=("accuracy",), seeds=(0, 1, 2))
+kept = E.experiment_dir(config, out) / "accuracy-seed0" / "checkpoints" / "checkpoint-3"   # an earlier launch's
+kept.mkdir(parents=True); (kept / "trainer_state.json").write_text("{}")
+E.launch(config, out, workers=1)
 """
 
 
@@ -299,8 +302,9 @@ def test_the_experiment_launcher_stops_its_jobs_and_starts_no_more_on_sigterm(tm
     deadline = time.monotonic() + 120
     while not [p for p in tmp_path.iterdir() if p.name.isdigit()] and time.monotonic() < deadline: time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
-    code, _, err = finish(proc, timeout=120)
+    code, out, err = finish(proc, timeout=120)
     assert code == 143, err[-3000:]
+    assert "accuracy-seed0: resuming from checkpoint-3" in out + err      # on the console, not only in the job's log
     jobs = [p.read_text() for p in tmp_path.iterdir() if p.name.isdigit()]
     assert jobs == ["stopped"]                        # the running job was asked to stop; the two queued never started
     assert "stopped by SIGTERM; every interrupted run keeps its checkpoint: run the same command again" in err

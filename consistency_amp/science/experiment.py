@@ -23,6 +23,7 @@ from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS
 
 _logger = logging.getLogger(__name__)
 from ..files import resolve_path
+from ..training.runs import last_checkpoint
 from consistency_amp.science.experiment_design import (CONDITION_OVERRIDES, DEFAULT_CONDITIONS, EVAL_NAME, EVALUATED_ONLY,
     FULL_CONDITIONS, HELD_OUT_EVAL_NAME, NUMERIC_EVAL_NAME, ExperimentConfig, _damaged, eval_file, eval_names, experiment_dir, jobs,
     missing_jobs, run_name_of, world_config)   # (experiment.ExperimentConfig and the rest stay importable)
@@ -108,6 +109,8 @@ def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tu
                 for proc, _, _ in running.values(): proc.send_signal(signal.SIGTERM)
             while queue and len(running) < workers:
                 job = queue.pop(0); log = logs / f"{run_name_of(*job)}.log"
+                if (checkpoint := last_checkpoint(folder / run_name_of(*job))) is not None:   # said here, not only in its log
+                    bar.write(f"{run_name_of(*job)}: resuming from {checkpoint.name}")
                 with open(log, "a") as f:
                     running[job] = (subprocess.Popen(_job_command(config, *job, runs_dir), stdout=f, stderr=subprocess.STDOUT, env=env), log, time.time())
             for job, (proc, log, start) in list(running.items()):
