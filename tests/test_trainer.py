@@ -276,3 +276,20 @@ def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
     longer = OTGRPOTrainer(model, config(max_steps=2), pairs, processing_class=tokenizer)
     assert longer.train(resume_from_checkpoint=True).global_step == 2    # resuming the run it holds, to a later max_steps
     assert sorted(p.name for p in (tmp_path / "own").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+
+def test_answers_cut_off_by_max_completion_length_are_said(tmp_path):
+    "Every completion at the cap and none parseable: reward 0 and no learning, which a user would otherwise see only as a flat log."
+    from datasets import Dataset
+    from consistency_amp.training.text_models import load_text_model
+    question = lambda a, b: [{"role": "user", "content": f"Is {a} larger than {b}?"}]
+    pairs = Dataset.from_list([dict(prompt=question(a, b), prompt_augmented=question(b, a), relation="opposite", answer_type="boolean")
+                               for a, b in [(7, 3), (2, 9)]])
+    model, tokenizer = load_text_model()
+    args = OTGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+                        num_generations=2, pairs_per_device=1, max_completion_length=4, max_steps=1, gradient_checkpointing=False)
+    trainer = OTGRPOTrainer(model, args, pairs, processing_class=tokenizer)
+    think = tokenizer("<think>", add_special_tokens=False).input_ids[:1]
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([think * 4 for _ in prompt_ids], None)   # cut off at 4
+    with pytest.warns(UserWarning, match="every completion reached max_completion_length=4 without a parseable answer"):
+        trainer.train()

@@ -394,4 +394,7 @@ class OTGRPOTrainer(GRPOTrainer):
             metrics["answers/consistency"].append(float(np.mean(consistency)))
         scores = gather_object([self._answer_scores(row, t) for row, t in zip(inputs, texts)])
         log_answer_metrics(metrics, scores, texts_all, answer_type, self.num_generations)
+        if all(u for u, _ in scores) and min(map(len, completion_ids_list)) >= (cap := self.args.max_completion_length):
+            warnings.warn(f"every completion reached max_completion_length={cap} without a parseable answer: answers are cut "
+                          "off, so every task reward is 0 and nothing is learned; raise max_completion_length")   # said once
         return rewards_per_func
