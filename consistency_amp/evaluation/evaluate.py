@@ -15,7 +15,7 @@ from pathlib import Path
 from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice, help_field, read_bool
 from .held_out import BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
 from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model, evaluate_run,
-                                                        model_run_name)
+                                                        model_run_name, not_a_run)
 from .decoders import DEFAULT_MAX_NEW_TOKENS
 from ..files import resolve_path
 from ..training.runs import PARAMS_FILE, read_json, run_path
@@ -62,7 +62,7 @@ class EvalArguments:
         folder = Path(self.run).expanduser() if os.sep in self.run else run_path(self.run, runs)
         if not (folder / PARAMS_FILE).is_file():
             known = sorted(p.name for p in runs.iterdir() if (p / PARAMS_FILE).is_file()) if runs.is_dir() else []
-            raise ValueError(f"run {self.run!r}: {folder} is not a run folder (no {PARAMS_FILE}); runs in {runs}: {known}")
+            raise ValueError(f"{not_a_run(self.run, folder)}; runs in {runs}: {known}")
         return folder
 
     @property

@@ -27,8 +27,8 @@ from ..world.tasks import TASKS
 
 
 # %% auto #0
-__all__ = ['default_eval_name', 'check_eval_name', 'eval_path', 'rerun_command', 'read_eval', 'evaluate_run', 'model_kind',
-           'model_run_name', 'evaluate_model']
+__all__ = ['default_eval_name', 'check_eval_name', 'eval_path', 'not_a_run', 'rerun_command', 'read_eval', 'evaluate_run',
+           'model_kind', 'model_run_name', 'evaluate_model']
 
 # %% ../../nbs/51_run_evaluation.ipynb #2a6037d7
 def default_eval_name(max_examples: int | None = None) -> str:
@@ -56,10 +56,15 @@ def _refuse_existing(path: Path, overwrite: bool) -> None:
         raise FileExistsError(f"{path} {state}; evaluations are never overwritten silently: pass overwrite=True "
                               "(papermill: -p overwrite True; CLI: --overwrite) or choose another eval_name")
 
+def not_a_run(run, path: Path) -> str:
+    "The message for a `run` whose folder `path` has no params.json; a folder inside a run (its adapter/) names the run."
+    inside = next((p for p in Path(path).parents if (p / PARAMS_FILE).is_file()), None)
+    return (f"run {os.fspath(run)!r}: {path} is not a run folder (no {PARAMS_FILE})"
+            + (f"; it is inside the run folder {inside}: give that" if inside else ""))
+
 def _run_folder(run, runs_dir=None) -> Path:
     path = Path(run).expanduser() if isinstance(run, os.PathLike) or os.sep in str(run) else run_path(run, runs_dir)
-    if not (path / PARAMS_FILE).is_file():
-        raise ValueError(f"run {os.fspath(run)!r}: {path} is not a run folder (no {PARAMS_FILE})")
+    if not (path / PARAMS_FILE).is_file(): raise ValueError(not_a_run(run, path))
     return path
 
 # %% ../../nbs/51_run_evaluation.ipynb #e4a1c7b2

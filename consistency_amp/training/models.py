@@ -58,6 +58,11 @@ def lora_config(r: int = LORA_R, alpha: float = LORA_ALPHA, dropout: float = LOR
 SPATIAL_BASE_PREFIX = "spatial-base-"   # names of `spatial_bases.SPATIAL_BASES`
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
 
+def _adapter_base(adapter_dir: Path) -> str | None:
+    "The base model an adapter folder names (`base_model_name_or_path` of its adapter_config.json), None if unreadable."
+    try: return json.loads((adapter_dir / "adapter_config.json").read_text()).get("base_model_name_or_path") or None
+    except (OSError, ValueError, AttributeError): return None
+
 def resolve_model_path(name_or_path: str | os.PathLike) -> str:
     "The folder of `TINY_MODEL` or of a spatial base (`pretraining`), a checked local model directory, or a Hub id unchanged."
     if isinstance(name_or_path, str) and name_or_path == TINY_MODEL: return str(tiny_model_path())
@@ -71,8 +76,10 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
     if not path.is_dir(): raise ValueError(f"model directory {str(name_or_path)!r} does not exist")
     if not (path / "config.json").is_file():
         adapter = (path / "adapter_config.json").is_file()   # a trained LoRA adapter: it goes on its base model
+        base = _adapter_base(path) if adapter else None
         raise ValueError(f"{str(name_or_path)!r} is not a model directory: it has no config.json" + (
-            "; it is a LoRA adapter: load its base with load_model(base, adapter=...), or peft's PeftModel.from_pretrained"
+            f"; it is a LoRA adapter{f' of {base!r}' if base else ''}: give its base as the model and this folder as the "
+            "adapter (load_model(base, adapter=...); the evaluation command: --model <base> --adapter <this folder>)"
             if adapter else ""))
     return str(path)
 
