@@ -22,7 +22,7 @@ from .status import manifest_status, status_summary
 from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
-__all__ = ['argument_parser', 'main', 'cli']
+__all__ = ['COMMANDS_HELP', 'argument_parser', 'main', 'cli']
 
 # %% ../../nbs/57_registry.ipynb #d2612a5b
 def _external_models(pairs: list[str], path: str | None) -> dict:
@@ -37,18 +37,28 @@ def _external_models(pairs: list[str], path: str | None) -> dict:
     return models
 
 # %% ../../nbs/57_registry.ipynb #f6525160
+COMMANDS_HELP = """commands:
+  status   each figure's runs: how many are complete, and why each other one is not
+  missing  the runs to launch (missing, interrupted, not yet evaluated), one per line
+  launch   mini: train and evaluate the missing runs here (resumable; a signal stops it after the current run);
+           paper (or --print): print one cluster command per missing run
+  table    every stored result, one row per (run, evaluation, task, source); --csv also writes it to a file"""
+
 def argument_parser() -> argparse.ArgumentParser:
     "The parser of `python -m consistency_amp.grid.registry`."
     parser = argparse.ArgumentParser(prog="python -m consistency_amp.grid.registry",
-                                     description="The runs behind every paper figure: status, missing runs, launcher.")
-    parser.add_argument("command", choices=("status", "missing", "launch", "table"))
-    parser.add_argument("--scale", choices=SCALES, default="mini")
+                                     description="The runs behind every paper figure: status, missing runs, launcher.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=COMMANDS_HELP)
+    parser.add_argument("command", choices=("status", "missing", "launch", "table"), help="what to do (see below)")
+    parser.add_argument("--scale", choices=SCALES, default="mini", help="which runs: the toy-size stand-ins (mini, default) "
+                        "or the paper's (paper: commands are printed, never run here)")
     parser.add_argument("--runs-dir", default=None, help="default: $CONSISTENCY_AMP_RUNS or <repo>/runs")
     parser.add_argument("--figures", default=None, help="comma-separated figure ids (default: all), e.g. 2,3,appendix_c")
     parser.add_argument("--print", action="store_true", dest="print_only", help="launch: print the commands, run nothing")
     parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
                         help="print mode: how training is launched (default: torchrun at the paper scale, python at the mini)")
-    parser.add_argument("--accelerate-config", default=ACCELERATE_CONFIG)
+    parser.add_argument("--accelerate-config", default=ACCELERATE_CONFIG, help=f"print mode with --launcher accelerate "
+                        f"(default: {ACCELERATE_CONFIG})")
     parser.add_argument("--data-root", default=None, help="paper scale: the Omni3D root (default: $OMNI3D_ROOT in commands)")
     parser.add_argument("--external", action="append", default=[], metavar="KEY=MODEL",
                         help=f"an external baseline's checkpoint; keys: {', '.join(EXTERNAL_BASELINES)}")
@@ -57,7 +67,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--joint-steps", type=int, default=None, help="joint-regime training steps")
     parser.add_argument("--max-examples", type=int, default=None, help="evaluation cap per (task, source)")
     parser.add_argument("--csv", default=None, help="table: also write the table to this CSV file")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="launch: no progress bar")
     return parser
 
 # %% ../../nbs/57_registry.ipynb #5513335f
