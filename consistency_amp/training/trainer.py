@@ -19,11 +19,11 @@ import torch
 from accelerate.utils import gather_object
 from datasets import Dataset as HFDataset
 from torch.utils.data import Dataset, Sampler
+from transformers import TrainerState
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int, help_field
-from .runs import read_json
 from ..reward.pairing import consistency_reward_func
 from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
     shared_prompt_logps)
@@ -332,7 +332,7 @@ class OTGRPOTrainer(GRPOTrainer):
                                   "would write over them. Continue that run with train(resume_from_checkpoint=True), or "
                                   "choose another output_dir")
         state = os.path.join((last or "") if resume_from_checkpoint is True else str(resume_from_checkpoint or ""), "trainer_state.json")
-        if resume_from_checkpoint and max_steps > 0 and os.path.isfile(state) and (step := read_json(state)["global_step"]) >= max_steps:
+        if resume_from_checkpoint and max_steps > 0 and os.path.isfile(state) and (step := TrainerState.load_from_json(state).global_step) >= max_steps:
             raise ValueError(f"{os.path.dirname(state)} is at step {step} of max_steps={max_steps}: the run is complete, and "
                              "resuming it would train one step more. Its adapter is in that checkpoint; raise max_steps to train on")
         return super().train(resume_from_checkpoint, *args, **kwargs)
