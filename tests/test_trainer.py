@@ -247,18 +247,26 @@ def test_resume_replays_the_same_pairs(examples):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def text_pairs():
+    "Two unlabelled text pairs ('Is a larger than b?' and its swap) for the tiny text model: a task of one's own."
+    from datasets import Dataset
+    question = lambda a, b: [{"role": "user", "content": f"Is {a} larger than {b}?"}]
+    return Dataset.from_list([dict(prompt=question(a, b), prompt_augmented=question(b, a), relation="opposite",
+                                   answer_type="boolean") for a, b in [(7, 3), (2, 9)]])
+
+
+def text_config(output_dir, **settings) -> OTGRPOConfig:
+    "The smallest CPU config for `text_pairs`: one pair per step, K = 2, 4-token completions."
+    return OTGRPOConfig(**dict(output_dir=str(output_dir), use_cpu=True, bf16=False, report_to="none", num_generations=2,
+                               pairs_per_device=1, max_completion_length=4, max_steps=1, gradient_checkpointing=False) | settings)
+
+
 def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
     "Trainer writes over an earlier run's checkpoints in its output_dir; OTGRPOTrainer refuses, and resuming it still works."
     import hashlib
-    from datasets import Dataset
     from consistency_amp.training.text_models import load_text_model
-    question = lambda a, b: [{"role": "user", "content": f"Is {a} larger than {b}?"}]
-    pairs = Dataset.from_list([dict(prompt=question(a, b), prompt_augmented=question(b, a), relation="opposite", answer_type="boolean")
-                               for a, b in [(7, 3), (2, 9)]])
-    model, tokenizer = load_text_model()
-    config = lambda max_steps: OTGRPOConfig(output_dir=str(tmp_path / "own"), use_cpu=True, bf16=False, report_to="none",
-                                            save_strategy="steps", save_steps=1, num_generations=2, pairs_per_device=1,
-                                            max_completion_length=4, max_steps=max_steps, gradient_checkpointing=False)
+    pairs, (model, tokenizer) = text_pairs(), load_text_model()
+    config = lambda max_steps: text_config(tmp_path / "own", save_strategy="steps", save_steps=1, max_steps=max_steps)
     args = config(max_steps=1)
     OTGRPOTrainer(model, args, pairs, processing_class=tokenizer).train()
     digest = lambda: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((tmp_path / "own").rglob("*")) if p.is_file()}
@@ -280,15 +288,9 @@ def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
 
 def test_answers_cut_off_by_max_completion_length_are_said(tmp_path):
     "Every completion at the cap and none parseable: reward 0 and no learning, which a user would otherwise see only as a flat log."
-    from datasets import Dataset
     from consistency_amp.training.text_models import load_text_model
-    question = lambda a, b: [{"role": "user", "content": f"Is {a} larger than {b}?"}]
-    pairs = Dataset.from_list([dict(prompt=question(a, b), prompt_augmented=question(b, a), relation="opposite", answer_type="boolean")
-                               for a, b in [(7, 3), (2, 9)]])
     model, tokenizer = load_text_model()
-    args = OTGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-                        num_generations=2, pairs_per_device=1, max_completion_length=4, max_steps=1, gradient_checkpointing=False)
-    trainer = OTGRPOTrainer(model, args, pairs, processing_class=tokenizer)
+    trainer = OTGRPOTrainer(model, text_config(tmp_path, save_strategy="no"), text_pairs(), processing_class=tokenizer)
     think = tokenizer("<think>", add_special_tokens=False).input_ids[:1]
     trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([think * 4 for _ in prompt_ids], None)   # cut off at 4
     with pytest.warns(UserWarning, match="every completion reached max_completion_length=4 without a parseable answer"):
