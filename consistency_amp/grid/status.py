@@ -16,7 +16,7 @@ from .manifest import (check_figures, DATA_ROOT_PLACEHOLDER, FIGURES, manifest, 
 from .results import _params_problems, fixture_result, results_table, write_fixture_run
 from ..training.run_lock import describe_writer
 from ..training.run_records import list_runs, RunRecord
-from ..training.runs import resolve_path
+from ..training.runs import EVAL_DIR, resolve_path
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
@@ -61,7 +61,7 @@ def param_differences(spec: dict, params: dict | None) -> list[str]:
 # %% ../../nbs/55_status.ipynb #e8fdb794
 def _unreadable_eval(record: RunRecord, name: str) -> tuple[list[str], list[str]]:
     "([eval/`name`.json], []) when the file is absent; ([], [what is wrong, how to write it again]) when it is damaged (not launched: never overwritten silently)."
-    path = record.path / "eval" / f"{name}.json"
+    path = record.path / EVAL_DIR / f"{name}.json"
     if not path.is_file(): return [f"eval/{name}.json"], []
     from consistency_amp.evaluation.run_evaluation import read_eval   # its message names the file and the command
     try: read_eval(path)
