@@ -307,5 +307,6 @@ def test_the_experiment_launcher_stops_its_jobs_and_starts_no_more_on_sigterm(tm
     assert "accuracy-seed0: resuming from checkpoint-3" in out + err      # on the console, not only in the job's log
     jobs = [p.read_text() for p in tmp_path.iterdir() if p.name.isdigit()]
     assert jobs == ["stopped"]                        # the running job was asked to stop; the two queued never started
+    assert "0/3 [" in err and "1/3 [" not in err      # the progress bar counts jobs done: the stopped one is not
     assert "stopped by SIGTERM; every interrupted run keeps its checkpoint: run the same command again" in err
     assert "Traceback" not in err

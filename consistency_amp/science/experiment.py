@@ -25,7 +25,7 @@ _logger = logging.getLogger(__name__)
 from ..files import resolve_path
 from ..training.runs import last_checkpoint
 from consistency_amp.science.experiment_design import (CONDITION_OVERRIDES, DEFAULT_CONDITIONS, EVAL_NAME, EVALUATED_ONLY,
-    FULL_CONDITIONS, HELD_OUT_EVAL_NAME, NUMERIC_EVAL_NAME, ExperimentConfig, _damaged, eval_file, eval_names, experiment_dir, jobs,
+    FULL_CONDITIONS, HELD_OUT_EVAL_NAME, NUMERIC_CONDITIONS, NUMERIC_EVAL_NAME, ExperimentConfig, _damaged, eval_file, eval_names, experiment_dir, jobs,
     missing_jobs, run_name_of, world_config)   # (experiment.ExperimentConfig and the rest stay importable)
 from .experiment_report import report
 
@@ -115,7 +115,8 @@ def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tu
                     running[job] = (subprocess.Popen(_job_command(config, *job, runs_dir), stdout=f, stderr=subprocess.STDOUT, env=env), log, time.time())
             for job, (proc, log, start) in list(running.items()):
                 if proc.poll() is None: continue
-                del running[job]; bar.update(1)
+                del running[job]
+                if proc.returncode == 0: bar.update(1)   # the bar counts jobs done, not stopped or failed ones
                 word = "done" if proc.returncode == 0 else "stopped" if stop.signum is not None else "FAILED"
                 bar.write(f"{run_name_of(*job)}: {word} in {time.time() - start:.0f} s (log {log})")
                 if proc.returncode and stop.signum is None: failed.append(log)
@@ -136,10 +137,12 @@ def argument_parser() -> argparse.ArgumentParser:
         many = f.name in ("seeds", "conditions")
         parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=f.default, help=f.metadata["help"].replace("%", "%%"),
                             nargs="+" if many else None, type=int if f.name == "seeds" else (str if many else type(f.default)))
-    parser.add_argument("--full", action="store_true", help=f"run every condition: {', '.join(FULL_CONDITIONS)}")
+    parser.add_argument("--full", action="store_true", help=f"run every condition: {', '.join(FULL_CONDITIONS)}; the numeric ones "
+                        f"({', '.join(NUMERIC_CONDITIONS)}) need a base that writes numbers, "
+                        "--model spatial-base-calibrated, and run when named in --conditions")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2,
                         help="jobs at once, one thread each")
-    parser.add_argument("--runs-dir", default=None, help="runs folder (default: $CONSISTENCY_AMP_RUNS or <repo>/runs)")
+    parser.add_argument("--runs-dir", default=None, help="runs folder; None: $CONSISTENCY_AMP_RUNS or <repo>/runs")
     parser.add_argument("--out-dir", default="figures", help="where the science table and figures go (relative: from the repository)")
     parser.add_argument("--overwrite", action="store_true", help="let another configuration's report replace the "
                         "repository's figures/science.* (which the README quotes)")
