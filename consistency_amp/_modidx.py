@@ -4,6 +4,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
   'syms': { 'consistency_amp.core': { 'consistency_amp.core.check_choice': ('core.html#check_choice', 'consistency_amp/core.py'),
                                       'consistency_amp.core.check_choices': ('core.html#check_choices', 'consistency_amp/core.py'),
                                       'consistency_amp.core.check_int': ('core.html#check_int', 'consistency_amp/core.py'),
+                                      'consistency_amp.core.check_notebook_parameters': ( 'core.html#check_notebook_parameters',
+                                                                                          'consistency_amp/core.py'),
                                       'consistency_amp.core.console_logging': ('core.html#console_logging', 'consistency_amp/core.py'),
                                       'consistency_amp.core.help_field': ('core.html#help_field', 'consistency_amp/core.py'),
                                       'consistency_amp.core.read_bool': ('core.html#read_bool', 'consistency_amp/core.py')},

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import field
@@ -14,7 +15,7 @@ from numbers import Integral
 # %% auto #0
 __all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES',
            'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice',
-           'check_choices', 'check_int', 'read_bool', 'help_field', 'console_logging']
+           'check_choices', 'check_int', 'read_bool', 'check_notebook_parameters', 'help_field', 'console_logging']
 
 # %% ../nbs/02_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -49,6 +50,19 @@ def read_bool(param: str, value) -> bool:
     text = value.strip().lower() if isinstance(value, str) else None
     if text in TRUE_WORDS or text in FALSE_WORDS: return text in TRUE_WORDS
     raise ValueError(f"{param} must be true or false; got {value!r}")
+
+# %% ../nbs/02_core.ipynb #d76b099c
+def check_notebook_parameters(notebook: str, given, known: Sequence[str]) -> None:
+    "Refuse a name in `given` (the names new since just before `notebook`'s parameters cell; IPython's own, which start with _, aside) that is not in `known`, its parameters: a ValueError naming it, the closest parameter and all of them."
+    unknown = sorted(name for name in given if not name.startswith("_") and name not in known)
+    if not unknown: return
+    by_lower = {k.lower(): k for k in known}     # -p k 8 means K
+    def named(name):
+        close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+        return repr(name) + (f" (did you mean {by_lower[close[0]]!r}?)" if close else "")
+    raise ValueError(f"{notebook}: unknown parameter{'s' * (len(unknown) > 1)} {', '.join(map(named, unknown))}: "
+                     f"papermill passes it on unread, and the run would go on with the defaults; "
+                     f"the parameters: {', '.join(known)}")
 
 # %% ../nbs/02_core.ipynb #4fb2208c
 def help_field(default, help: str, **kwargs):

@@ -80,6 +80,7 @@ def test_existing_evaluation_is_not_overwritten(executed, monkeypatch):
 @pytest.mark.parametrize("parameters, message", [
     (dict(tasks="height"), "tasks must be one of 'orientation', 'depth'"),
     (dict(run="no-such-run"), "is not a run folder"),
+    (dict(max_exampels=10), r"unknown parameter 'max_exampels' \(did you mean 'max_examples'\?\)"),   # papermill only warns
 ])
 def test_bad_parameters_stop_early(tmp_path, parameters, message):
     with pytest.raises(pm.PapermillExecutionError, match=message) as error:

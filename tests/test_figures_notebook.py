@@ -61,6 +61,23 @@ def test_a_runs_dir_that_is_not_there_stops_before_any_figure(tmp_path):
     assert error.value.ename == "ValueError" and "out_dir" in error.value.evalue and "cannot be made" in error.value.evalue
 
 
+def test_a_mistyped_parameter_stops_before_anything_is_written(tmp_path):
+    "papermill only warns of `-p out_dri ...`: the figures would go to the default out_dir, over the stored ones."
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(pm.PapermillExecutionError) as error:
+        pm.execute_notebook(str(NOTEBOOK), str(tmp_path / "executed.ipynb"), kernel_name="python3", cwd=str(tmp_path),
+                            progress_bar=False, parameters={"out_dri": str(tmp_path / "figures"), "runs_dir": str(tmp_path / "runs")})
+    assert error.value.ename == "ValueError"
+    assert "unknown parameter 'out_dri' (did you mean 'out_dir'?)" in error.value.evalue
+    assert not (tmp_path / "figures").exists()
+    import ast, nbformat   # the names the check knows are the parameters cell's, no more, no fewer
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    (parameters,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    check = next(n for c in nb.cells if c.cell_type == "code" for n in ast.walk(ast.parse(c.source))
+                 if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "check_notebook_parameters")
+    assert list(ast.literal_eval(check.args[2])) == [n.targets[0].id for n in ast.parse(parameters.source).body]
+
+
 def test_writes_every_figure_and_table(executed):
     out_dir, executed_nb = executed
     expected = {f"{s}.{ext}" for s in FIGURE_STEMS for ext in ("png", "pdf")}

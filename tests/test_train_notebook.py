@@ -161,6 +161,7 @@ INVALID = [
     (dict(K=1), "num_generations (the group size K) must be an integer >= 2; got 1"),
     (dict(num_generations=1), "num_generations (the group size K) must be an integer >= 2; got 1"),   # K's other name
     (dict(data_root="/no/such/omni3d"), "data_root '/no/such/omni3d' does not exist"),
+    (dict(stpes=2), "nbs/train.ipynb: unknown parameter 'stpes' (did you mean 'steps'?)"),   # papermill only warns
 ]
 
 
