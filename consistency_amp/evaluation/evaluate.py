@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,13 @@ __all__ = ['EvalArguments', 'check_eval_arguments', 'evaluate_from', 'describe',
 def _optional(value):
     "None for None or an empty string (papermill passes strings), else `value`."
     return None if value is None or (isinstance(value, str) and not value.strip()) else value
+
+def _listed(param: str, value):
+    "A JSON list given as text (papermill's `-p tasks '[\"depth\", \"size\"]'` passes a string) as that list; else `value`."
+    if not (isinstance(value, str) and value.strip().startswith("[")): return value
+    try: return json.loads(value)
+    except ValueError: raise ValueError(f"{param}: {value!r} starts like a JSON list but is not one; "
+                                        f'give e.g. \'["depth", "size"]\' or depth,size') from None
 
 # %% ../../nbs/52_evaluate.ipynb #1688200d
 @dataclass
@@ -84,6 +93,7 @@ def check_eval_arguments(self: EvalArguments) -> None:
         raise ValueError(f"adapter {self.adapter!r} is not an adapter folder (no adapter_config.json)")
     if self.data_root is not None and not resolve_path(self.data_root).is_dir():
         raise ValueError(f"data_root {self.data_root!r} is not a directory")
+    self.tasks, self.sources = _listed("tasks", self.tasks), _listed("sources", self.sources)
     sources = self.sources.split(",") if isinstance(self.sources, str) else self.sources
     tasks = self.tasks.split(",") if isinstance(self.tasks, str) and "," in self.tasks else self.tasks
     tokens = self.max_new_tokens if self.max_new_tokens is not None else 16 if self.evaluated_model == TINY_MODEL else DEFAULT_MAX_NEW_TOKENS
@@ -112,12 +122,21 @@ def describe(args: EvalArguments) -> str:
             + "\n".join(f"  {k}: {v}" for k, v in args.params.items()))
 
 # %% ../../nbs/52_evaluate.ipynb #103a697b
+def _count_or_none(text: str) -> int | None:
+    "A count from the command line; None for an empty value or 'none', which the help calls empty."
+    return None if text.strip().lower() in ("", "none") else int(text)
+_count_or_none.__name__ = "int"   # argparse's message for a bad value: "invalid int value"
+
 def argument_parser():
-    "The parser of `python -m consistency_amp.evaluation.evaluate` (transformers' `HfArgumentParser`: one flag per field, with its help)."
+    "The parser of `python -m consistency_amp.evaluation.evaluate` (transformers' `HfArgumentParser`: one flag per field, with its help); an optional count also takes an empty value or none, as the notebook's parameter does."
     from transformers import HfArgumentParser
-    return HfArgumentParser(EvalArguments, prog="python -m consistency_amp.evaluation.evaluate",
-                            description="Evaluate a run or a model on the held-out test split of every (task, source) "
-                                        "into runs/<run>/eval/<eval_name>.json (see nbs/evaluate.ipynb).")
+    parser = HfArgumentParser(EvalArguments, prog="python -m consistency_amp.evaluation.evaluate",
+                              description="Evaluate a run or a model on the held-out test split of every (task, source) "
+                                          "into runs/<run>/eval/<eval_name>.json (see nbs/evaluate.ipynb).")
+    optional_counts = [name for name, hint in typing.get_type_hints(EvalArguments).items() if hint == int | None]   # max_examples, max_new_tokens
+    for action in parser._actions:   # HfArgumentParser types `int | None` as int, which refuses ""
+        if action.dest in optional_counts: action.type = _count_or_none
+    return parser
 
 # %% ../../nbs/52_evaluate.ipynb #268d13f2
 def main(argv: list[str] | None = None) -> Path:
