@@ -540,6 +540,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                  'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data._check_truth': ( 'paired_data.html#_check_truth',
                                                                                                          'consistency_amp/reward/paired_data.py'),
+                                                    'consistency_amp.reward.paired_data._image_file_problem': ( 'paired_data.html#_image_file_problem',
+                                                                                                                'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data.check_pair_row': ( 'paired_data.html#check_pair_row',
                                                                                                            'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data.check_paired_dataset': ( 'paired_data.html#check_paired_dataset',

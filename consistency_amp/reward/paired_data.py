@@ -77,10 +77,18 @@ def _check_answers(row: dict, where: str) -> None:
                              f"contradict relation {row['relation']!r}: T's effect on the answer is not what the row says")
 
 # %% ../../nbs/07_paired_data.ipynb #25d3fd12
+def _image_file_problem(path) -> str | None:
+    "What is wrong with the image file at `path` (none there, or not an image PIL reads), else None; only the header is read."
+    if not Path(path).is_file(): return f"no image file at {os.fspath(path)!r}"
+    from PIL import Image, UnidentifiedImageError
+    try:
+        with Image.open(path): return None               # identifies the format from the header; decodes nothing
+    except (UnidentifiedImageError, OSError) as e: return f"{os.fspath(path)!r} is not an image PIL can read ({e})"
+
 def _check_image(image, column: str, where: str) -> None:
-    "Raise unless `image` is a PIL image or the path of a file."
+    "Raise unless `image` is a PIL image or the path of an image file."
     if isinstance(image, (str, os.PathLike)):
-        if not Path(image).is_file(): raise ValueError(f"{where}: column {column!r}: no image file at {os.fspath(image)!r}")
+        if problem := _image_file_problem(image): raise ValueError(f"{where}: column {column!r}: {problem}")
     elif not hasattr(image, "convert"):                   # an array: datasets stores it as nested lists
         hint = "; an array goes in as PIL.Image.fromarray(array)" if isinstance(image, list) or hasattr(image, "shape") else ""
         raise ValueError(f"{where}: column {column!r} must be a PIL image or a path; got {type(image).__name__}{hint}")
@@ -120,14 +128,14 @@ def load_image(image):
 
 # %% ../../nbs/07_paired_data.ipynb #708d252d
 def _check_stored_images(dataset, plain) -> None:
-    "Every row has images if the first one has (TRL batches them alike), and every image stored as a path names a file."
+    "Every row has images if the first one has (TRL batches them alike), and every image stored as a path names a file PIL reads as an image."
     from datasets import Value
     if not set(IMAGE_COLUMNS) <= set(dataset.column_names): return
     for c in IMAGE_COLUMNS:
         if not (isinstance(dataset.features[c], Value) and dataset.features[c].dtype in ("string", "large_string")): continue
         for index, path in enumerate(plain[c]):
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"paired dataset row {index}: column {c!r}: no image file at {path!r}")
+            if path is not None and (problem := _image_file_problem(path)):
+                raise ValueError(f"paired dataset row {index}: column {c!r}: {problem}")
     given_per_row = [not null for null in dataset.with_format("arrow")["image"].is_null().to_pylist()]   # nothing decoded
     with_images = given_per_row[0]
     for index, given in enumerate(given_per_row):
