@@ -16,7 +16,8 @@
 #   and the per-task ablations, Figures 8 and 6 on depth and size, nbs/65_ablations.ipynb; about 5 h 50 min, as the README says);
 #   writes figures/science.{md,csv}, figures/science_{accuracy,monitor,claims,sampled}.{png,pdf} and, with --full,
 #   figures/science_fig{2_same_task,3_cross_task,4_cross_domain,8_pairing_per_task,6_label_noise_per_task}.{png,pdf,csv}
-#   and figures/science_per_task.csv (the per-task gain ratios).
+#   and figures/science_per_task.csv (the per-task gain ratios); a report that lacks a result the stored one holds (the
+#   default run's, beside the stored --full one) stays in runs/experiment-*/report/, compared value by value.
 # * The mini grid: every paper figure's runs at toy size (a pipeline check; its numbers are not the science).
 # * Runs already complete in runs/ are kept (never overwritten); an interrupted grid resumes where it stopped.
 # * Executes nbs/figures.ipynb with papermill; the executed copy goes to runs/figures/figures-<timestamp>.ipynb

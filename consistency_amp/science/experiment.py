@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 import argparse
 import json
+import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +33,7 @@ from .experiment_report import report
 
 
 # %% auto #0
-__all__ = ['train_params', 'run_job', 'launch', 'argument_parser', 'differs_from_the_readme', 'main']
+__all__ = ['train_params', 'run_job', 'launch', 'argument_parser', 'differs_from_the_readme', 'publish_report', 'main']
 
 # %% ../../nbs/70_experiment.ipynb #5e7e3b96
 def train_params(config: ExperimentConfig, condition: str, seed: int, data_root, runs_dir):
@@ -159,6 +161,33 @@ def differs_from_the_readme(config: ExperimentConfig) -> str:
     if missing := [c for c in DEFAULT_CONDITIONS if c not in config.conditions]: differ.append(f"without {', '.join(missing)}")
     return "; ".join(differ)
 
+# %% ../../nbs/70_experiment.ipynb #b7015521
+def _report_contents(folder: Path) -> tuple[set[str], dict[str, float]]:
+    "The report's files in `folder` (science*) and its science table's measured values {metric: value}."
+    import pandas as pd
+    files = {p.name for p in Path(folder).glob("science*") if p.is_file()}
+    csv = Path(folder) / "science.csv"
+    table = pd.read_csv(csv) if csv.is_file() else pd.DataFrame(columns=["metric", "value"])
+    return files, {r.metric: float(r.value) for r in table.itertuples() if pd.notna(r.value)}
+
+def publish_report(staged, out_dir, overwrite: bool = False) -> tuple[list[Path], str]:
+    "Copy the report in `staged` (a folder) into `out_dir` unless the report there holds a file or a measured value this one lacks (then only with `overwrite`); (the report's paths where they now are, what was done and how the values both hold compare)."
+    staged, out_dir = Path(staged), Path(out_dir)
+    (new_files, new), (old_files, old) = _report_contents(staged), _report_contents(out_dir)
+    shared = sorted(set(new) & set(old))
+    differ = [f"{m} {old[m]:.4g} -> {new[m]:.4g}" for m in shared if not math.isclose(new[m], old[m], rel_tol=1e-9, abs_tol=1e-12)]
+    compared = (f"of the {len(shared)} values both reports hold, {len(shared) - len(differ)} agree"
+                + (f" and {len(differ)} differ: {'; '.join(differ[:5])}{' ...' if len(differ) > 5 else ''}" if differ else ""))
+    lacking = sorted(old_files - new_files) + sorted(set(old) - set(new))
+    if lacking and not overwrite:
+        return ([staged / name for name in sorted(new_files)],
+                f"kept {out_dir}'s report, which holds {len(lacking)} result(s) this one lacks ({', '.join(lacking[:4])}"
+                f"{', ...' if len(lacking) > 4 else ''}: a larger experiment's, e.g. --full); this report stays in {staged} "
+                f"(--overwrite replaces the stored one); {compared}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in sorted(new_files): shutil.copy2(staged / name, out_dir / name)
+    return [out_dir / name for name in sorted(new_files)], f"wrote the report to {out_dir}" + (f"; {compared}" if old else "")
+
 # %% ../../nbs/70_experiment.ipynb #82b5e4b9
 def main(argv: list[str] | None = None) -> list[Path]:
     console_logging()
@@ -186,8 +215,11 @@ def main(argv: list[str] | None = None) -> list[Path]:
     print(f"experiment-{config.digest}: {len(missing_jobs(config, args.runs_dir))} of {len(jobs(config))} jobs to run "
           f"({experiment_dir(config, args.runs_dir)})", flush=True)
     launch(config, args.runs_dir, args.workers)
-    paths = report(config, args.runs_dir, args.out_dir)
-    print(f"experiment-{config.digest}: {time.time() - start:.0f} s; wrote", *paths, sep="\n  ")
+    staged = experiment_dir(config, args.runs_dir) / "report"      # this configuration's own, replaced each time
+    shutil.rmtree(staged, ignore_errors=True)
+    report(config, args.runs_dir, staged)
+    paths, said = publish_report(staged, args.out_dir, args.overwrite)
+    print(f"experiment-{config.digest}: {time.time() - start:.0f} s; {said}; the report's files:", *paths, sep="\n  ")
     return paths
 
 if __name__ == "__main__" and "get_ipython" not in globals(): main()   # python -m consistency_amp.science.experiment, not a notebook
