@@ -173,6 +173,7 @@ def _report_contents(folder: Path) -> tuple[set[str], dict[str, float]]:
 def publish_report(staged, out_dir, overwrite: bool = False) -> tuple[list[Path], str]:
     "Copy the report in `staged` (a folder) into `out_dir` unless the report there holds a file or a measured value this one lacks (then only with `overwrite`); (the report's paths where they now are, what was done and how the values both hold compare)."
     staged, out_dir = Path(staged), Path(out_dir)
+    if out_dir.resolve() == staged.resolve(): return [staged / name for name in sorted(_report_contents(staged)[0])], f"wrote the report to {staged}"
     (new_files, new), (old_files, old) = _report_contents(staged), _report_contents(out_dir)
     shared = sorted(set(new) & set(old))
     differ = [f"{m} {old[m]:.4g} -> {new[m]:.4g}" for m in shared if not math.isclose(new[m], old[m], rel_tol=1e-9, abs_tol=1e-12)]
