@@ -5,6 +5,7 @@
 # %% ../nbs/02_core.ipynb #f70968ca
 from __future__ import annotations
 
+import argparse
 import copy
 import difflib
 import logging
@@ -15,7 +16,8 @@ from numbers import Integral
 # %% auto #0
 __all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES',
            'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice',
-           'check_choices', 'check_int', 'read_bool', 'check_notebook_parameters', 'help_field', 'console_logging']
+           'check_choices', 'check_int', 'read_bool', 'check_notebook_parameters', 'accept_both_spellings',
+           'help_field', 'console_logging']
 
 # %% ../nbs/02_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -63,6 +65,18 @@ def check_notebook_parameters(notebook: str, given, known: Sequence[str]) -> Non
     raise ValueError(f"{notebook}: unknown parameter{'s' * (len(unknown) > 1)} {', '.join(map(named, unknown))}: "
                      f"papermill passes it on unread, and the run would go on with the defaults; "
                      f"the parameters: {', '.join(known)}")
+
+# %% ../nbs/02_core.ipynb #bec67fb6
+def accept_both_spellings(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    "`parser`, each of its long options also taken with its words joined the other way (--data-root for --data_root and back), as HfArgumentParser does."
+    for action in list(parser._actions):
+        for option in [o for o in action.option_strings if o.startswith("--")]:
+            words = option[2:]
+            other = "--" + (words.replace("_", "-") if "_" in words else words.replace("-", "_"))
+            if other != option and other not in parser._option_string_actions:   # never takes another option's name
+                action.option_strings.append(other)
+                parser._option_string_actions[other] = action
+    return parser
 
 # %% ../nbs/02_core.ipynb #4fb2208c
 def help_field(default, help: str, **kwargs):

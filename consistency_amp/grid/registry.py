@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core import SCALES
+from ..core import SCALES, accept_both_spellings
 from .launcher import ACCELERATE_CONFIG, launch_missing, LAUNCHERS, missing_runs
-from .manifest import check_figures, EXTERNAL_BASELINES, manifest
+from .manifest import check_figures, EXTERNAL_BASELINES, SCALE_SETTINGS, manifest
 from .results import results_table
 from .status import manifest_status, status_summary
 from ..training.runs import runs_dir as resolve_runs_dir
@@ -63,12 +63,14 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--external", action="append", default=[], metavar="KEY=MODEL",
                         help=f"an external baseline's checkpoint; keys: {', '.join(EXTERNAL_BASELINES)}")
     parser.add_argument("--externals", default=None, help="a JSON file mapping external baseline keys to checkpoints")
-    parser.add_argument("--steps", type=int, default=None, help="per-task training steps (default: the scale's)")
-    parser.add_argument("--joint-steps", type=int, default=None, help="joint-regime training steps")
-    parser.add_argument("--max-examples", type=int, default=None, help="evaluation cap per (task, source)")
+    by_scale = lambda name: ", ".join(f"{SCALE_SETTINGS[s][name] or 'all'} at {s}" for s in SCALES)   # the defaults, stated
+    parser.add_argument("--steps", type=int, default=None, help=f"per-task training steps (default: {by_scale('steps')})")
+    parser.add_argument("--joint-steps", type=int, default=None, help=f"joint-regime training steps (default: {by_scale('joint_steps')})")
+    parser.add_argument("--max-examples", type=int, default=None, help="evaluation cap per (task, source) "
+                        f"(default: {by_scale('max_examples')})")
     parser.add_argument("--csv", default=None, help="table: also write the table to this CSV file")
     parser.add_argument("--no-progress", action="store_true", help="launch: no progress bar")
-    return parser
+    return accept_both_spellings(parser)   # --runs_dir too, as the training command spells it
 
 # %% ../../nbs/57_registry.ipynb #5513335f
 def _print_table(a, margs: dict) -> int:

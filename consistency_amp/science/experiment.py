@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
-from ..core import console_logging
+from ..core import accept_both_spellings, console_logging
 from ..grid.manifest import SOURCE      # SUN RGB-D
 from ..evaluation.sampling import SAMPLED_EVAL_NAME, evaluate_sampled
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS
@@ -150,7 +150,7 @@ def argument_parser() -> argparse.ArgumentParser:
                         "repository's figures/science.* (which the README quotes)")
     parser.add_argument("--config-json", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
-    return parser
+    return accept_both_spellings(parser)   # --runs_dir too, as the training command spells it
 
 # %% ../../nbs/70_experiment.ipynb #16bf84b3
 def differs_from_the_readme(config: ExperimentConfig) -> str:

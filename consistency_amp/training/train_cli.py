@@ -12,7 +12,7 @@ import shlex
 import sys
 from dataclasses import fields
 
-from ..core import FALSE_WORDS, PAIRINGS, TRUE_WORDS
+from ..core import FALSE_WORDS, PAIRINGS, TRUE_WORDS, accept_both_spellings
 from .runs import resolve_path
 from .train_params import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REWARDS,
                                                    TRAIN_TASKS, TrainParams, _coerce, as_params)
@@ -51,7 +51,7 @@ def argument_parser() -> argparse.ArgumentParser:
             parser.add_argument(*names, nargs="?", const="true", default=f.default, help=f.metadata["help"] + " (a flag, or true/false)")
         else:
             parser.add_argument(*names, default=f.default, choices=choices.get(f.name), dest=f.name, help=f.metadata["help"])
-    return parser
+    return accept_both_spellings(parser)   # --data-root too, as TRL's own flags take either
 
 # %% ../../nbs/37_train_cli.ipynb #1a57b726
 def trl_parser():
