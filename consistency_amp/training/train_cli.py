@@ -42,7 +42,7 @@ def argument_parser() -> argparse.ArgumentParser:
                "--lora_target_modules, --dtype, --attn_implementation, --model_revision); --help_all lists them all.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", help="A YAML recipe (configs/train/*.yaml) of TrainParams, OTGRPOConfig and "
-                                         "trl.ModelConfig fields, and an optional env mapping; flags override it.")
+                                         "trl.ModelConfig fields, and an optional env mapping; flags override it. None: the TrainParams defaults below (CPU-sized).")
     parser.add_argument("--help_all", action=_HelpAll, help="Show every flag, OTGRPOConfig's and trl.ModelConfig's too, and exit.")
     choices = dict(task=TRAIN_TASKS, source=SOURCE_CHOICES, reward=TRAIN_REWARDS, pairing=PAIRINGS)
     for f in fields(TrainParams):
