@@ -49,7 +49,7 @@ class EvalArguments:
     run_name: str | None = help_field(None, "Without run: the evaluation-only run to write into (empty: base-<size> or external-<name>).")
     tasks: str = help_field("all", "all, boolean, numeric, one task, or tasks joined by commas.")
     sources: str = help_field(",".join(EVAL_SOURCES), "Test sources joined by commas: SUNRGBD and/or KITTI.")
-    data_root: str | None = help_field(None, "Omni3D data root; empty: the run's own (for a model: the built-in synthetic world).")
+    data_root: str | None = help_field(None, "Omni3D data root (relative: from the repository root); empty: the run's own (for a model: the built-in synthetic world).")
     max_examples: int | None = help_field(None, "The first examples of each (task, source) test split; empty: all of them.")
     batch_size: int = help_field(DEFAULT_BATCH_SIZE, "Prompts per generate call.")
     consistency_samples: int = help_field(1, "Sampled transformations per example for self-consistency (0: skip it).")
@@ -58,7 +58,7 @@ class EvalArguments:
     overwrite: bool = help_field(False, "Replace an existing results file (never replaced otherwise). Either way, an interrupted evaluation of the same settings and code goes on from the groups it kept in eval/.partial-<eval_name>/ (delete it to answer them again).")
     seed: int = help_field(0, "Seed of the sampled transformations.")
     examples: bool = help_field(False, "Also store every example's completion and answer in the results file.")
-    runs_dir: str | None = help_field(None, "The runs folder; empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")
+    runs_dir: str | None = help_field(None, "The runs folder (relative: from the repository root); empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")
     backend: str = help_field("transformers", "Who decodes: transformers (generate, any machine) or vllm (GPU; pip install \"consistency_amp[vllm]\").")
 
     def __post_init__(self): check_eval_arguments(self)
