@@ -146,8 +146,9 @@ def argument_parser() -> argparse.ArgumentParser:
                         help="jobs at once, one thread each")
     parser.add_argument("--runs-dir", default=None, help="runs folder; None: $CONSISTENCY_AMP_RUNS or <repo>/runs")
     parser.add_argument("--out-dir", default="figures", help="where the science table and figures go (relative: from the repository)")
-    parser.add_argument("--overwrite", action="store_true", help="let another configuration's report replace the "
-                        "repository's figures/science.* (which the README quotes)")
+    parser.add_argument("--overwrite", action="store_true", help="let another configuration's report, or one that lacks "
+                        "results the stored one holds (a default run's beside the stored --full one), replace the report in "
+                        "--out-dir (figures/science.*, which the README quotes)")
     parser.add_argument("--config-json", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     return accept_both_spellings(parser)   # --runs_dir too, as the training command spells it
