@@ -63,7 +63,7 @@ def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", npro
     if launcher == "papermill":
         out = Path(os.fspath(runs_dir) if runs_dir is not None else "runs") / f"{spec['name']}.train.ipynb"
         renamed = {"num_generations": "K"}
-        params = [(renamed.get(k, k), v) for k, v in args if k != "scale"]        # nbs/train.ipynb has no `scale`
+        params = [(renamed.get(k, k), v) for k, v in args]
         return " ".join(["papermill nbs/train.ipynb", _q(out), "-k python3"]
                         + [f"-p {k} {_q(v)}" for k, v in params])
     head = {"torchrun": f"torchrun --nproc_per_node {nproc_per_node} -m consistency_amp.training.train",
@@ -89,6 +89,7 @@ def eval_command(spec: dict, runs_dir=None, *, launcher: str = "python") -> str:
     for need in spec["evals"]:
         flags = _eval_flags(spec, need, runs_dir)
         if launcher == "papermill":
+            if need["max_examples"] is None: flags.append(("max_examples", None))   # all: the notebook's own default is 4
             out = Path(os.fspath(runs_dir) if runs_dir is not None else "runs") / f"{spec['name']}.eval-{need['eval_name']}.ipynb"
             cmds.append(" ".join(["papermill nbs/evaluate.ipynb", _q(out), "-k python3"] + [f"-p {k} {_q(v)}" for k, v in flags]))
         else:

@@ -77,6 +77,10 @@ def eval_gaps(spec: dict, record: RunRecord, need: dict | None = None) -> tuple[
     example_pairs = need["examples"] if need is not None else want["examples"]
     ev = record.evals.get(name)
     if ev is None: return _unreadable_eval(record, name)
+    if "max_examples" in ev and ev["max_examples"] != want["max_examples"]:   # the same name, another cap: not these results
+        first = lambda n: f"the first {n}" if n is not None else "all"
+        problems.append(f"eval/{name}.json answered {first(ev['max_examples'])} examples of each (task, source); "
+                        f"the figures need {first(want['max_examples'])}")
     results = ev.get("results") if isinstance(ev.get("results"), list) else []
     valid = {(r.get("task"), r.get("source")) for r in results if isinstance(r, dict)
              and isinstance(r.get("accuracy"), (int, float)) and not isinstance(r.get("accuracy"), bool)
