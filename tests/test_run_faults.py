@@ -218,6 +218,32 @@ def test_slurm_script_requeues_on_usr1_and_the_requeued_job_finishes(runs, unint
     assert_finished_exactly(runs / "slurm", uninterrupted)
 
 
+def test_slurm_script_under_torchrun_passes_usr1_to_the_workers(tmp_path):
+    "torchrun itself exits at once on SIGUSR1 and orphans its workers: the script signals the workers instead."
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    if torchrun is None: pytest.skip("torchrun is not installed")
+    runs, pids, fake = tmp_path / "runs", tmp_path / "pids", tmp_path / "bin"
+    pids.mkdir(); fake.mkdir()
+    calls = tmp_path / "scontrol.calls"
+    (fake / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"); (fake / "scontrol").chmod(0o755)
+    job = dict(TRAIN_COMMAND=f"{torchrun} --standalone --nproc_per_node 2 {DRIVER}", SLURM_JOB_ID="4343",
+               PATH=f"{fake}:{os.environ['PATH']}")
+    args = ["bash", str(REPO / "configs" / "slurm" / "train.sbatch"), *FLAGS, "--runs_dir", str(runs), "--run_name", "two"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=environment(FAULT_STEP_DELAY=1.0, FAULT_PID_DIR=pids, **job), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for_step(runs / "two", 1, proc)
+    proc.send_signal(signal.SIGUSR1)
+    code, out, err = finish(proc, timeout=240)
+    assert code != 0, err[-3000:]
+    status = read_json(runs / "two" / "status.json")
+    assert (status["state"], status["stopped_by"], status["num_processes"]) == ("interrupted", "SIGUSR1", 2), err[-3000:]
+    assert (runs / "two" / "checkpoints" / f"checkpoint-{status['step']}").is_dir() and status["step"] < 6
+    for rank in (0, 1):                                            # no worker left training on its own
+        pid = int((pids / f"rank{rank}.pid").read_text())
+        with pytest.raises(ProcessLookupError): os.kill(pid, 0)
+    assert calls.read_text().split() == ["requeue", "4343"] and "requeueing job 4343" in out
+
+
 def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     if torchrun is None: pytest.skip("torchrun is not installed")
