@@ -244,6 +244,25 @@ def test_slurm_script_under_torchrun_passes_usr1_to_the_workers(tmp_path):
     assert calls.read_text().split() == ["requeue", "4343"] and "requeueing job 4343" in out
 
 
+def test_two_processes_resume_in_a_later_epoch_as_if_never_stopped(tmp_path):
+    "accelerate's skipping loader hides the paired sampler from Trainer's set_epoch under several processes: a resume "
+    "in epoch 1 replayed epoch 0's order (the trainer's _run_epoch now sets it). 5 steps per epoch here; stopped at 6."
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    if torchrun is None: pytest.skip("torchrun is not installed")
+    runs = tmp_path / "runs"
+    launch = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "consistency_amp.training.train", "--task", "depth",
+              "--steps", "8", "--pairs_per_device", "3", "--save_steps", "4", "--runs_dir", str(runs)]
+    run = lambda *extra: subprocess.run([*launch, *extra], cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=300)
+    for extra in (["--run_name", "whole"], ["--run_name", "cut", "--stop_after", "6"], ["--run_name", "cut", "--resume"]):
+        done = run(*extra)
+        assert done.returncode == 0, done.stderr[-3000:]
+    whole, cut = (read_jsonl(runs / name / "train_log.jsonl")[0] for name in ("whole", "cut"))
+    assert [r["epoch"] for r in whole][4:6] == pytest.approx([1.0, 1.2])       # step 6 is in epoch 1
+    keys = ("step", "reward", "num_tokens", "loss")
+    assert [[r.get(k) for k in keys] for r in cut] == [[r.get(k) for k in keys] for r in whole]
+    assert (runs / "cut" / "adapter" / ADAPTER_WEIGHTS).read_bytes() == (runs / "whole" / "adapter" / ADAPTER_WEIGHTS).read_bytes()
+
+
 def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     if torchrun is None: pytest.skip("torchrun is not installed")

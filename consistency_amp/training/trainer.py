@@ -40,8 +40,8 @@ from ..reward.verifiers import (
     accuracy, accuracy_reward_func, completion_text, format_reward_func, parse_answer)
 
 # %% auto #0
-__all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'label_flipped',
-           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
+__all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'paired_sampler',
+           'label_flipped', 'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
            'consistency_reward_placeholder', 'paired_prompts', 'log_answer_metrics', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
@@ -163,6 +163,18 @@ class PairedRepeatSampler(Sampler[int]):
     def __len__(self) -> int:
         pairs = (self.num_examples // self.pairs_per_batch) * self.pairs_per_batch
         return pairs * 2 * self.num_generations * self.repeat_count
+
+# %% ../../nbs/27_trainer.ipynb #288bc8ff
+def paired_sampler(dataloader) -> PairedRepeatSampler | None:
+    "The `PairedRepeatSampler` under `dataloader`'s (batch) sampler wrappers (accelerate's shards and skips), None if there is none."
+    found, seen = [dataloader], set()
+    while found:
+        node = found.pop()
+        if isinstance(node, PairedRepeatSampler): return node
+        if node is None or id(node) in seen: continue
+        seen.add(id(node))
+        found += [getattr(node, name, None) for name in ("batch_sampler", "sampler")]
+    return None
 
 # %% ../../nbs/27_trainer.ipynb #62e02bfd
 def _unit_interval(*parts) -> float:
@@ -365,6 +377,11 @@ class OTGRPOTrainer(GRPOTrainer):
                           "repeated): TRL's pass scores it", stacklevel=2)
         return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
                                                           compute_entropy, compute_aux_loss, **media)
+
+    def _run_epoch(self, *args, epoch: int, train_dataloader, **kwargs):
+        "Trainer's, with the `PairedRepeatSampler`'s epoch set first: on a resume under several processes Trainer's own `set_epoch` does not reach it."
+        if (sampler := paired_sampler(train_dataloader)) is not None: sampler.set_epoch(epoch)
+        return super()._run_epoch(*args, epoch=epoch, train_dataloader=train_dataloader, **kwargs)
 
     def _get_train_sampler(self, dataset=None) -> Sampler:
         dataset = self.train_dataset if dataset is None else dataset
