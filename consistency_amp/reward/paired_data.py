@@ -5,6 +5,7 @@
 # %% ../../nbs/07_paired_data.ipynb #5f7f26f6
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from numbers import Real
@@ -15,7 +16,7 @@ from .verifiers import ANSWER_TYPES
 
 # %% auto #0
 __all__ = ['PAIR_COLUMNS', 'IMAGE_COLUMNS', 'TRUTH_COLUMNS', 'PAIR_RELATIONS', 'MESSAGE_ROLES', 'verifier_relation',
-           'check_pair_row', 'load_image', 'check_paired_dataset', 'check_reads_images']
+           'check_pair_row', 'load_image', 'check_paired_dataset', 'check_reads_images', 'label_flipped']
 
 # %% ../../nbs/07_paired_data.ipynb #1fee22c4
 PAIR_COLUMNS = ("prompt", "prompt_augmented", "relation", "answer_type")   # required
@@ -173,3 +174,13 @@ def check_reads_images(processing_class, pairs) -> None:
         raise ValueError(f"the paired dataset has images (columns {', '.join(IMAGE_COLUMNS)}), but the model's "
                          f"{type(processing_class).__name__} reads text only: give a vision-language model and its "
                          "processor (consistency_amp.load_model), or leave the image columns out")
+
+# %% ../../nbs/07_paired_data.ipynb #c6351c9d
+def _unit_interval(*parts) -> float:
+    "A uniform number in [0, 1) from a stable hash of `parts` (the same in every process and Python version)."
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+def label_flipped(pair_id: str, p: float, seed: int = 0) -> bool:
+    "Whether the corruption ablation flips the labels of pair `pair_id` (probability `p`, fixed by `seed` and the id)."
+    return p > 0 and _unit_interval("label_noise", seed, pair_id) < p

@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['SYSTEM_PROMPT', 'ANSWER_TYPES', 'RELATIONS', 'completion_text', 'extract_answer', 'parse_boolean', 'parse_numeric',
-           'parse_answer', 'format_reward', 'accuracy', 'consistency', 'format_reward_func', 'accuracy_reward_func']
+           'parse_answer', 'format_reward', 'accuracy', 'consistency', 'format_reward_func', 'accuracy_reward_func',
+           'answer_monitor']
 
 # %% ../../nbs/03_verifiers.ipynb #0ea62a76
 import math
@@ -200,3 +201,16 @@ def accuracy_reward_func(completions, ground_truth, answer_type, **kwargs) -> li
 
 format_reward_func.__name__ = "format"      # logged by TRL as rewards/format/mean
 accuracy_reward_func.__name__ = "accuracy"  # logged by TRL as rewards/accuracy/mean
+
+# %% ../../nbs/03_verifiers.ipynb #7505a600
+def answer_monitor(completions: Sequence, answer_type: Sequence, num_generations: int) -> dict[str, float]:
+    "Reward-hacking monitor of a gathered batch: share of constant-answer groups of K, True rate of boolean answers."
+    K, texts = num_generations, [completion_text(c) for c in completions]
+    if len(texts) != len(answer_type) or len(texts) % K:
+        raise ValueError(f"answer_monitor: {len(texts)} completions and {len(answer_type)} answer types are not whole groups of K={K}")
+    answers = [parse_answer(t, kind) for t, kind in zip(texts, answer_type)]
+    groups = [answers[g:g + K] for g in range(0, len(answers), K)]
+    constant = [len(set(map(repr, group))) == 1 for group in groups]
+    booleans = [a for a, kind in zip(answers, answer_type) if kind == "boolean" and a is not None]
+    return {"answers/constant_groups": float(np.mean(constant)),
+            "answers/true_rate": float(np.mean(booleans)) if booleans else float("nan")}

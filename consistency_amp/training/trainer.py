@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import os
 import warnings
 from collections import OrderedDict
@@ -32,17 +31,17 @@ from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_
     out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
     without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
-    check_paired_dataset, check_reads_images, load_image, verifier_relation)
+    check_paired_dataset, check_reads_images, label_flipped, load_image, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
 from ..world.spatial_pairs import spatial_pair_dataset
 from ..world.tasks import Example
 from ..reward.verifiers import (
-    accuracy, accuracy_reward_func, completion_text, format_reward_func, parse_answer)
+    accuracy, accuracy_reward_func, answer_monitor, completion_text, format_reward_func, parse_answer)
 
 # %% auto #0
 __all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'paired_sampler',
-           'label_flipped', 'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'answer_monitor',
-           'consistency_reward_placeholder', 'paired_prompts', 'log_answer_metrics', 'OTGRPOTrainer']
+           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'consistency_reward_placeholder',
+           'paired_prompts', 'log_answer_metrics', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
 @dataclass
@@ -176,16 +175,6 @@ def paired_sampler(dataloader) -> PairedRepeatSampler | None:
         found += [getattr(node, name, None) for name in ("batch_sampler", "sampler")]
     return None
 
-# %% ../../nbs/27_trainer.ipynb #62e02bfd
-def _unit_interval(*parts) -> float:
-    "A uniform number in [0, 1) from a stable hash of `parts` (the same in every process and Python version)."
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-def label_flipped(pair_id: str, p: float, seed: int = 0) -> bool:
-    "Whether the corruption ablation flips the labels of pair `pair_id` (probability `p`, fixed by `seed` and the id)."
-    return p > 0 and _unit_interval("label_noise", seed, pair_id) < p
-
 # %% ../../nbs/27_trainer.ipynb #afe14c0e
 class PairedPromptDataset(Dataset):
     "TRL rows of the prompts x and x' of a paired `datasets.Dataset` (`reward.paired_data`), read by dataset key."
@@ -260,19 +249,6 @@ def paired_consistency_rewards(completions: Sequence, pair_id: Sequence, side: S
     check_pair_layout(pair_id, side, num_generations)
     return consistency_reward_func(list(completions), list(pair_id), list(side), list(relation), list(answer_type),
                                    strategy=strategy)
-
-# %% ../../nbs/27_trainer.ipynb #21ee1597
-def answer_monitor(completions: Sequence, answer_type: Sequence, num_generations: int) -> dict[str, float]:
-    "Reward-hacking monitor of a gathered batch: share of constant-answer groups of K, True rate of boolean answers."
-    K, texts = num_generations, [completion_text(c) for c in completions]
-    if len(texts) != len(answer_type) or len(texts) % K:
-        raise ValueError(f"answer_monitor: {len(texts)} completions and {len(answer_type)} answer types are not whole groups of K={K}")
-    answers = [parse_answer(t, kind) for t, kind in zip(texts, answer_type)]
-    groups = [answers[g:g + K] for g in range(0, len(answers), K)]
-    constant = [len(set(map(repr, group))) == 1 for group in groups]
-    booleans = [a for a, kind in zip(answers, answer_type) if kind == "boolean" and a is not None]
-    return {"answers/constant_groups": float(np.mean(constant)),
-            "answers/true_rate": float(np.mean(booleans)) if booleans else float("nan")}
 
 # %% ../../nbs/27_trainer.ipynb #6c432efd
 def consistency_reward_placeholder(completions, **kwargs) -> list:
