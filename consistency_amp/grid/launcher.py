@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -21,8 +22,8 @@ from ..training.run_records import read_run
 from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'ACCELERATE_CONFIG', 'LOG_DIR', 'missing_runs', 'train_command', 'eval_command', 'run_command',
-           'launch_missing', 'launcher_lock']
+__all__ = ['LAUNCHERS', 'ACCELERATE_CONFIG', 'PAPER_RECIPE', 'LOG_DIR', 'missing_runs', 'train_command', 'eval_command',
+           'run_command', 'launch_missing', 'launcher_lock']
 
 # %% ../../nbs/56_launcher.ipynb #35ccc2ab
 def missing_runs(scale: str = "mini", runs_dir: str | os.PathLike | None = None, *, figures=None,
@@ -39,6 +40,7 @@ def missing_runs(scale: str = "mini", runs_dir: str | os.PathLike | None = None,
 # %% ../../nbs/56_launcher.ipynb #b1c6dc9a
 LAUNCHERS = ("torchrun", "accelerate", "papermill", "python")
 ACCELERATE_CONFIG = "configs/accelerate/multi_gpu.yaml"
+PAPER_RECIPE = "configs/train/paper.yaml"   # a paper-scale run's GPU settings beyond its identity (merged-weight sampling)
 
 def _q(value) -> str:
     value = str(value)
@@ -64,12 +66,16 @@ def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", npro
         out = Path(os.fspath(runs_dir) if runs_dir is not None else "runs") / f"{spec['name']}.train.ipynb"
         renamed = {"num_generations": "K"}
         params = [(renamed.get(k, k), v) for k, v in args]
+        if spec["scale"] == "paper":                    # the notebook takes no recipe: its trainer settings, as JSON
+            from consistency_amp.training.train_cli import recipe
+            if settings := recipe(PAPER_RECIPE).get("trainer_args"): params.append(("trainer_args", json.dumps(settings)))
         return " ".join(["papermill nbs/train.ipynb", _q(out), "-k python3"]
                         + [f"-p {k} {_q(v)}" for k, v in params])
     head = {"torchrun": f"torchrun --nproc_per_node {nproc_per_node} -m consistency_amp.training.train",
             "accelerate": f"accelerate launch --config_file {_q(accelerate_config)} -m consistency_amp.training.train",
             "python": "python -m consistency_amp.training.train"}[launcher]
-    return " ".join([head] + [f"--{k} {_q(v)}" for k, v in args])
+    recipe_flag = [f"--config {PAPER_RECIPE}"] if spec["scale"] == "paper" else []   # the flags after it override it
+    return " ".join([head] + recipe_flag + [f"--{k} {_q(v)}" for k, v in args])
 
 # %% ../../nbs/56_launcher.ipynb #aef9d3f2
 def _eval_flags(spec: dict, need: dict, runs_dir) -> list[tuple[str, object]]:

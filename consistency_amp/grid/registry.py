@@ -68,6 +68,9 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--joint-steps", type=int, default=None, help=f"joint-regime training steps (default: {by_scale('joint_steps')})")
     parser.add_argument("--max-examples", type=int, default=None, help="evaluation cap per (task, source) "
                         f"(default: {by_scale('max_examples')})")
+    parser.add_argument("--nproc-per-node", type=int, default=None, help="print mode: GPUs per training run in the torchrun "
+                        f"commands (default: {by_scale('nproc_per_node')}); with fewer than the paper's 8 the global batch "
+                        "(4 pairs per GPU) is smaller than the paper's unless the commands also get --gradient_accumulation_steps")
     parser.add_argument("--csv", default=None, help="table: also write the table to this CSV file")
     parser.add_argument("--no-progress", action="store_true", help="launch: no progress bar")
     return accept_both_spellings(parser)   # --runs_dir too, as the training command spells it
@@ -97,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     a = argument_parser().parse_args(argv)
     if a.figures is not None and not check_figures(a.figures):   # before anything is read or said about the runs
         raise ValueError(f"--figures {a.figures!r} names no figure; e.g. --figures 2,3 (leave it out for all)")
-    overrides = {k: v for k, v in dict(steps=a.steps, joint_steps=a.joint_steps, max_examples=a.max_examples).items()
-                 if v is not None}
+    overrides = {k: v for k, v in dict(steps=a.steps, joint_steps=a.joint_steps, max_examples=a.max_examples,
+                                       nproc_per_node=a.nproc_per_node).items() if v is not None}
     margs = dict(data_root=a.data_root, external_models=_external_models(a.external, a.externals), **overrides)
     if a.command == "table": return _print_table(a, margs)
     if a.command in ("status", "missing") and not (runs := resolve_runs_dir(a.runs_dir)).is_dir():
