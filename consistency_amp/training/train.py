@@ -116,6 +116,11 @@ def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
     if getattr(config, "use_vllm", False) and not is_vllm_available():   # else TRL says so after the model has loaded
         raise ValueError('use_vllm=True needs vLLM, which is not installed here: pip install "consistency_amp[vllm]" on a GPU '
                          "machine, or leave use_vllm out")
+    sharded = bool(config.deepspeed or config.fsdp) or any(   # accelerate launch's --config_file says so in the environment
+        os.environ.get(f"ACCELERATE_USE_{name}", "").lower() in ("1", "true") for name in ("DEEPSPEED", "FSDP"))
+    if getattr(config, "merge_lora_for_generation", False) and sharded:   # else the trainer says so after the model has loaded
+        raise ValueError("merge_lora_for_generation=True (the paper recipes' setting) samples from whole merged weights, "
+                         "which DeepSpeed and FSDP shard: add --merge_lora_for_generation false")
     check_loadable(params.model, **kw)     # a folder or a Hub id the cache or the Hub has; its attention and LoRA targets
     return config
 
