@@ -361,6 +361,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                           'consistency_amp/grid/launcher.py'),
                                                'consistency_amp.grid.launcher._launch_one': ( 'launcher.html#_launch_one',
                                                                                               'consistency_amp/grid/launcher.py'),
+                                               'consistency_amp.grid.launcher._not_launched': ( 'launcher.html#_not_launched',
+                                                                                                'consistency_amp/grid/launcher.py'),
                                                'consistency_amp.grid.launcher._q': ('launcher.html#_q', 'consistency_amp/grid/launcher.py'),
                                                'consistency_amp.grid.launcher._quiet': ( 'launcher.html#_quiet',
                                                                                          'consistency_amp/grid/launcher.py'),

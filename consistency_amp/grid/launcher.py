@@ -89,11 +89,11 @@ def _eval_flags(spec: dict, need: dict, runs_dir) -> list[tuple[str, object]]:
                       ("runs_dir", None if runs_dir is None else os.fspath(runs_dir))]
     return [(k, v) for k, v in flags if v is not None]
 
-def eval_command(spec: dict, runs_dir=None, *, launcher: str = "python") -> str:
-    "The shell command that writes the evaluation(s) `spec` needs (never overwriting one): the evaluation command or papermill."
+def eval_command(spec: dict, runs_dir=None, *, launcher: str = "python", overwrite: bool = False) -> str:
+    "The shell command that writes the evaluation(s) `spec` needs (never overwriting one, unless `overwrite`): the evaluation command or papermill."
     cmds = []
     for need in spec["evals"]:
-        flags = _eval_flags(spec, need, runs_dir)
+        flags = _eval_flags(spec, need, runs_dir) + ([("overwrite", True)] if overwrite else [])
         if launcher == "papermill":
             if need["max_examples"] is None: flags.append(("max_examples", None))   # all: the notebook's own default is 4
             out = Path(os.fspath(runs_dir) if runs_dir is not None else "runs") / f"{spec['name']}.eval-{need['eval_name']}.ipynb"
@@ -177,7 +177,7 @@ def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = Non
             print(f"# {spec['name']}: {spec['status']}" + (f" ({spec['detail']})" if spec["detail"] else ""), file=file)
             print(run_command(spec, runs_dir, launcher=launcher, nproc_per_node=m.settings["nproc_per_node"],
                               save_steps=m.settings["save_steps"], accelerate_config=accelerate_config), file=file)
-        for s in blocked: print(f"# not launched, {s.status}: {s.run}: {s.detail}", file=file)
+        for s in blocked: print("# " + _not_launched(s, m, runs_dir, launcher).replace("\n", "\n# "), file=file)
         return [dict(run=s["name"], action="printed", status=s["status"]) for s in todo]
     return _run_here(todo, blocked, m, runs, progress, file)
 
@@ -201,10 +201,19 @@ def launcher_lock(runs: Path):
         owner.unlink(missing_ok=True)
         file_lock.release()
 
+# %% ../../nbs/56_launcher.ipynb #352b6302
+def _not_launched(s, m: Manifest, runs_dir, launcher: str = "python") -> str:
+    "The line of a run the launcher leaves alone (a status row `s`); for an evaluation file that is not the one needed, with the command that writes it again."
+    line = f"not launched, {s.status}: {s.run}: {s.detail}"
+    if s.status == "eval_incomplete" and s.run in m.runs:   # a launch never overwrites it: written again only when asked
+        evaluator = "papermill" if launcher == "papermill" else "python"
+        line += f"\n  to write it again: {eval_command(m.runs[s.run], runs_dir, launcher=evaluator, overwrite=True)}"
+    return line
+
 # %% ../../nbs/56_launcher.ipynb #68115953
 def _run_here(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress: bool, file) -> list[dict]:
     if not todo:
-        for s in blocked: print(f"not launched, {s.status}: {s.run}: {s.detail}", file=file)
+        for s in blocked: print(_not_launched(s, m, runs), file=file)
         print(f"nothing to launch: every launchable run of the {m.scale} scale is complete in {runs}", file=file)
         return []
     with launcher_lock(runs): return _launch(todo, blocked, m, runs, progress, file)
@@ -249,7 +258,7 @@ def _launch(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress: 
                 done.append(_launch_one(spec, m, runs, file, stop))
                 bar.update(1)
     except KeyboardInterrupt: stop.signum = signal.SIGINT   # the second Ctrl-C: at once; the run keeps its last checkpoint
-    for s in blocked: print(f"not launched, {s.status}: {s.run}: {s.detail}", file=file)
+    for s in blocked: print(_not_launched(s, m, runs), file=file)
     ok = sum(d["ok"] for d in done)
     print(f"launched {len(done)} of {len(todo)} run(s): {ok} done, {sum(not d['ok'] and not d.get('stopped') for d in done)} "
           f"failed, {sum(d['seconds'] for d in done):.0f} s", file=file)
