@@ -392,10 +392,12 @@ def timed_trainer_class():
             if self.sections.cuda:   # after `now`: the query's time (recorded) falls in the next step's rest
                 start = time.perf_counter()
                 gpu = gpu_state(torch.cuda.current_device())
-                self.records[-1].update(gpu=gpu, gpu_query_s=time.perf_counter() - start)
+                self.records[-1].update(gpu=gpu, gpu_query_s=time.perf_counter() - start,   # this step's own peak, so
+                                        peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30)   # each arm has its own
+                torch.cuda.reset_peak_memory_stats()
             if state.is_world_process_zero:  # progress: a long GPU step shows up as it ends, with its breakdown, so
                 b = breakdown(self.records[-1])   # that a run cut off by a time limit still gives its figures
-                peak = (f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if self.sections.cuda else "")
+                peak = (f", peak {self.records[-1]['peak_memory_gib']:.1f} GiB" if self.sections.cuda else "")
                 gpu = self.records[-1].get("gpu")
                 if gpu: peak += (f", SM {gpu['sm_clock_mhz']} MHz, {gpu['temperature_c']} C, {gpu['power_w']} W, "
                                  f"reasons {gpu.get('clock_event_reasons')}")
@@ -537,7 +539,8 @@ def summarise(records, warmup: int) -> dict:
         parts = [breakdown(r) for r in rs]
         summary[pairing] = dict(steps=len(rs), mean_s=statistics.fmean(seconds), median_s=statistics.median(seconds),
                                 stdev_s=statistics.stdev(seconds) if len(seconds) > 1 else 0.0,
-                                **{f"{k}_s": statistics.fmean(p[k] for p in parts) for k in SECTIONS})
+                                **{f"{k}_s": statistics.fmean(p[k] for p in parts) for k in SECTIONS},
+                                peak_memory_gib=max((r["peak_memory_gib"] for r in rs if "peak_memory_gib" in r), default=None))
     return summary
 
 
@@ -783,8 +786,9 @@ def run(args) -> dict:
                   completions_per_device=config.per_device_train_batch_size, completion_length=args.completion_length,
                   completion_lengths_seen=[min(l for l, _ in lengths), max(h for _, h in lengths)] if lengths else None,
                   answers=args.answers, task=args.task, source=args.source, warmup=args.warmup, steps=args.steps,
-                  parameters=counts, peak_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30
-                  if device.type == "cuda" else None,
+                  parameters=counts, peak_memory_gib=max((r["peak_memory_gib"] for r in clock.records if "peak_memory_gib" in r),
+                                                         default=torch.cuda.max_memory_allocated(device) / 2**30   # over the steps
+                                                         if device.type == "cuda" else None),
                   steps_record=clock.records, pairings=summary,
                   profile=None if profiler is None else profiler.tables)
     if "minimal" in summary and "random" in summary:
@@ -805,7 +809,7 @@ def report(result: dict) -> str:
         lines.append(f"{name:<{w}}{r['steps']:>6}{r['mean_s']:>10.3f}{r['median_s']:>9.3f}{r['stdev_s']:>8.3f}"
                      f"{r['generate_s']:>10.3f}{r['rewards_s']:>9.3f}{r['prepare_other_s']:>11.3f}"
                      f"{r['loss_backward_s']:>10.3f}{r['other_s']:>8.3f}{r['consistency_s'] * 1e3:>8.2f}ms"
-                     f"{r['pairing_s'] * 1e3:>9.2f}ms")
+                     f"{r['pairing_s'] * 1e3:>9.2f}ms" + (f"{r['peak_memory_gib']:>9.1f} GiB peak" if r.get("peak_memory_gib") else ""))
     if "ratio_minimal_over_random" in result:
         ratio = result["ratio_minimal_over_random"]
         lines.append(f"minimal / random = {ratio:.4f} ({(ratio - 1) * 100:+.2f}% overhead); paper (7B, 8 H100, "

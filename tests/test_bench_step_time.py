@@ -490,7 +490,8 @@ def test_step_records_carry_the_gpu_state_where_the_sections_are_cuda(tmp_path):
             "8", "--pairs-per-device", "1", "--K", "2", "--json", str(out)]
     code = (f"import sys, torch\nsys.argv = {argv!r}\n"
             "torch.cuda.synchronize = lambda *a: None; torch.cuda.current_device = lambda: 0\n"
-            "torch.cuda.max_memory_allocated = lambda *a: 0\n"
+            "resets = []; torch.cuda.reset_peak_memory_stats = lambda *a: resets.append(1)\n"
+            "torch.cuda.max_memory_allocated = lambda *a: len(resets) * 2**30   # GiB: the resets so far\n"
             "import importlib.util; spec = importlib.util.spec_from_file_location('b', sys.argv[0])\n"
             "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\n"
             "init = b.Sections.__init__\n"
@@ -504,6 +505,15 @@ def test_step_records_carry_the_gpu_state_where_the_sections_are_cuda(tmp_path):
     assert len(records) == 5 and all(r["gpu"]["sm_clock_mhz"] == 1830.0 and r["gpu_query_s"] > 0 for r in records)
     assert sum("SM 1830.0 MHz, 64.0 C, 455.1 W" in line for line in proc.stdout.splitlines()) == 5
     assert "GPU at 5 step ends: SM clock 1830-1830 MHz (maximum 1980-1980 MHz), 64-64 C, 455-455 W" in proc.stdout
+    # each step's own peak (the statistics reset after each step; this run's device is the CPU, so none before it), each arm's the largest of its
+    # measured steps, the run's the largest of all
+    result = json.loads(out.read_text())
+    assert [r["peak_memory_gib"] for r in records] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert result["peak_memory_gib"] == 4.0
+    arms = [r["arm"] for r in records[1:]]
+    assert {arm: s["peak_memory_gib"] for arm, s in result["pairings"].items()} == {
+        arm: max(i + 1.0 for i, a in enumerate(arms) if a == arm) for arm in set(arms)}
+    assert "4.0 GiB peak" in proc.stdout
 
 
 def test_gpu_decode_check_on_the_cpu(tmp_path):

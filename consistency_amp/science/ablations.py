@@ -189,7 +189,7 @@ def figure8_science_rows(rows: list[dict]) -> pd.DataFrame:
     "The science table's Figure 8 rows: `pairing_minimal_minus_<pairing>_<task>`, with the paper's margin and a verdict."
     out = [dict(metric=f"pairing_minimal_minus_{r['pairing']}_{r['task']}", value=r["minimal_minus"],
                 low=r["minimal_minus_low"], high=r["minimal_minus_high"], n=r["n"], seeds=r["paired_seeds"],
-                paper=f"+{PAPER_MARGINS[r['pairing']]:.3f} (joint, 7B)", verdict=_verdict(r))
+                paper=f"+{PAPER_MARGINS[r['pairing']]:.3f} (per task, 7B)", verdict=_verdict(r))
            for r in rows if "minimal_minus" in r]
     table = pd.DataFrame(out, columns=["metric", "value", "low", "high", "n", "seeds", "paper", "verdict"])
     table["n"], table["seeds"] = table["n"].astype("Int64"), table["seeds"].astype("Int64")
@@ -330,7 +330,7 @@ def ablation_summary(science_csv, base: str | None = None) -> str:
         seeds |= {int(rows[f"pairing_minimal_minus_{pairing}_{t}"].seeds) for t in ABLATION_TASKS
                   if f"pairing_minimal_minus_{pairing}_{t}" in rows}
         if cells: parts.append(f"minimal pairing scores {' and '.join(cells)} against {label} pairing "
-                               f"(paper, jointly: +{100 * PAPER_MARGINS[pairing]:.1f})")
+                               f"(paper, per task, 7B: +{100 * PAPER_MARGINS[pairing]:.1f})")
     pairing_rows = [r for m, r in rows.items() if m.startswith("pairing_minimal_minus_") and not pd.isna(r.value)]
     if pairing_rows and all(r.low <= 0 <= r.high for r in pairing_rows):
         parts[-1] += ": no pairing beats another beyond noise"

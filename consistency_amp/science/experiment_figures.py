@@ -16,7 +16,7 @@ from .experiment_design import (eval_examples, EVAL_NAME, HELD_OUT_EVAL_NAME, PE
                                                     SAMPLED_CONDITIONS, EVALUATED_ONLY, ExperimentConfig, eval_file, jobs)
 from ..figures.plotting import CONDITION_COLOURS, write_figure
 from ..evaluation.sampling import SAMPLED_EVAL_NAME
-from .table import bootstrap, gain_ratio, science_summary
+from .table import bootstrap, gain_ratio, paper_gain_ratio_text, science_summary
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
@@ -286,7 +286,8 @@ def sampled_summary(csv_path) -> str:
     text = "; ".join(parts) + " (means over seeds, 95% intervals over seeds and questions)."
     if "accuracy" in rows and "consistency_marker_swap" in rows and pp(rows["accuracy"], "gain") > 0:
         text += (f" Sampled-answer gain ratio, consistency with the marker swap over accuracy: "
-                 f"{pp(rows['consistency_marker_swap'], 'gain') / pp(rows['accuracy'], 'gain'):.2f} (paper, on greedy answers: 0.83-0.87).")
+                 f"{pp(rows['consistency_marker_swap'], 'gain') / pp(rows['accuracy'], 'gain'):.2f} (paper, on greedy answers: "
+                 f"{paper_gain_ratio_text('joint')}).")
     return text
 
 # %% ../../nbs/66_experiment_figures.ipynb #27aba91f
@@ -328,7 +329,7 @@ def _joint_summary(science_csv, sampled_csv) -> str:
     text = (f"Trained jointly on the four tasks, the label-free consistency reward (with the marker swap on every pair) "
             f"changes the accuracy of the answers the model samples, which GRPO trains, by {gain('consistency_marker_swap')}, "
             f"the accuracy reward with labels by {gain('accuracy')}")
-    if acc > 0: text += f" (ratio {swap / acc:.2f}; the paper's gain ratio: 0.83-0.87)"
+    if acc > 0: text += f" (ratio {swap / acc:.2f}; the paper's gain ratio: {paper_gain_ratio_text('joint')})"
     if "blind_marker_swap" in sampled: text += f", and the blind control (grey training images) by {gain('blind_marker_swap')}"
     text += (f" (n = {sampled['base']['n']} questions x 8 samples at T = 1, {sampled['accuracy']['seeds']} seeds, "
              f"95% intervals).")

@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 
 from ..files import write_atomically
-from ..core import NOISE_LEVELS   # Section 5.4: the flipped-label fractions p of accuracy training
+from ..core import NOISE_LEVELS, check_choice   # NOISE_LEVELS (Section 5.4): the flipped-label fractions p of accuracy training
 
 # %% auto #0
-__all__ = ['CONDITIONS', 'METRICS', 'SCIENCE_COLUMNS', 'MONITOR_KEYS', 'check_outcomes', 'condition_means', 'bootstrap',
-           'gain_ratio', 'noise_crossover', 'verdict', 'science_table', 'science_markdown', 'write_science',
-           'science_summary', 'plot_answer_monitor', 'canonical_claim', 'claim_constancy']
+__all__ = ['CONDITIONS', 'PAPER_GAIN_RATIOS', 'METRICS', 'SCIENCE_COLUMNS', 'MONITOR_KEYS', 'check_outcomes', 'condition_means',
+           'bootstrap', 'gain_ratio', 'paper_gain_ratios', 'paper_gain_ratio_text', 'noise_crossover', 'verdict',
+           'science_table', 'science_markdown', 'write_science', 'science_summary', 'plot_answer_monitor',
+           'canonical_claim', 'claim_constancy']
 
 # %% ../../nbs/63_science_table.ipynb #0d14dce7
 CONDITIONS = ("base", "accuracy", "consistency", "consistency_random", "consistency_one_to_all", "blind",
@@ -71,6 +72,21 @@ def gain_ratio(means: Mapping[str, float], consistency: str = "consistency") -> 
     labelled = means["accuracy"] - means["base"]
     return (means[consistency] - means["base"]) / labelled if labelled > 0 else math.nan
 
+# %% ../../nbs/63_science_table.ipynb #ef73ea79
+def paper_gain_ratios() -> dict[str, dict[str, float]]:
+    "The paper's gain ratio by regime and model size, from the accuracies its text states: 'per_task' (Figure 2), 'joint' (Figure 5)."
+    from consistency_amp.figures.figure_data import paper_numbers
+    n = paper_numbers().value
+    ratio = lambda key: float(gain_ratio({c: n[f"{key}_{c}"] for c in ("base", "accuracy", "consistency")}))
+    return {"per_task": {"7B": ratio("same_task_7B"), "3B": ratio("same_task_3B")}, "joint": {"7B": ratio("joint")}}
+
+PAPER_GAIN_RATIOS = paper_gain_ratios()
+
+def paper_gain_ratio_text(regime: str) -> str:
+    "The paper's gain ratio of `regime` ('per_task' or 'joint') as the tables quote it, e.g. '0.90 (joint, 7B)'."
+    check_choice("regime", regime, tuple(PAPER_GAIN_RATIOS))
+    return ", ".join(f"{v:.2f} ({'joint, ' if regime == 'joint' else ''}{size})" for size, v in PAPER_GAIN_RATIOS[regime].items())
+
 # %% ../../nbs/63_science_table.ipynb #464fb0a6
 def noise_crossover(means: Mapping[str, float]) -> float:
     "Smallest flipped-label fraction p (0 = clean labels) at which accuracy training scores <= consistency training."
@@ -84,7 +100,7 @@ METRICS = {  # name: (statistic of the condition means, conditions it reads, the
     "base_accuracy": (lambda m: m["base"], ("base",), None, None),
     "accuracy_reward_accuracy": (lambda m: m["accuracy"], ("accuracy",), None, None),
     "consistency_reward_accuracy": (lambda m: m["consistency"], ("consistency",), None, None),
-    "gain_ratio": (gain_ratio, ("base", "accuracy", "consistency"), "0.83 (7B), 0.87 (3B)", (">=", 0.8)),
+    "gain_ratio": (gain_ratio, ("base", "accuracy", "consistency"), paper_gain_ratio_text("joint"), (">=", 0.8)),
     "noise_crossover": (noise_crossover, ("accuracy", "consistency") + tuple(f"accuracy_noise{p:g}" for p in NOISE_LEVELS),
                         "0.2", ("<=", 0.3)),
     "minimal_minus_random": (lambda m: m["consistency"] - m["consistency_random"], ("consistency", "consistency_random"),
@@ -179,7 +195,7 @@ def science_summary(csv) -> str:
     text += f" (means over {int(max(r.seeds for r in (acc, cons, base) if r is not None))} seeds, 95% bootstrap intervals)."
     if ratio is not None:
         text += (f" Gain ratio (consistency - base) / (accuracy - base): {ratio.value:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
-                 f" (paper: 0.83-0.87): the paper's claim {'reproduces' if round(ratio.value, 3) >= 0.8 else 'does NOT reproduce'} here.")
+                 f" (paper: {paper_gain_ratio_text('joint')}): the paper's claim {'reproduces' if round(ratio.value, 3) >= 0.8 else 'does NOT reproduce'} here.")
         if acc.low <= base.value: text += " The accuracy reward's own gain is within noise, so the ratio is unstable."
     elif acc is not None and acc.value <= base.value:
         text += " The accuracy reward gained nothing over the base, so the gain ratio is undefined."

@@ -185,7 +185,7 @@ def run_record(self: TrainParams) -> dict:
 @dataclass
 class TrainParams:
     "Parameters of one training run (CPU defaults); checked when built, before anything heavy is imported."
-    task: str = help_field("depth", 'A task of Section 3 (orientation, depth, size, relative_distance, counting, absolute_distance), or "joint": the four boolean tasks together.')
+    task: str = help_field("depth", 'A task of Section 5.1 and Appendix D.2, or of Section 5.5 for the numeric ones (orientation, depth, size, relative_distance, counting, absolute_distance), or "joint": the four boolean tasks together.')
     source: str = help_field("SUNRGBD", 'Training source (the paper trains on SUN RGB-D)')
     reward: str = help_field("consistency", '"consistency" (label-free, paired) or "accuracy" (ground truth); or a self-supervised baseline\'s pretext task (Figure 5: ' + ", ".join(SSL_TASKS) + '), with task "joint"')
     pairing: str = help_field("minimal", '"minimal" (OT-GRPO), "random" or "one_to_all".')
