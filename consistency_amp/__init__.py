@@ -12,6 +12,7 @@ _EXPORTS = {
     "consistency_amp.training.train": ("TrainParams", "run_training"),
     "consistency_amp.training.models": ("load_model",),
     "consistency_amp.training.text_models": ("load_text_model",),
+    "consistency_amp.training.run_callback": ("StopRequest", "run_callback"),   # a long run that stops cleanly on a signal
     "consistency_amp.reward.pairing": ("consistency_rewards", "pair_rewards", "consistency_reward_func"),
     "consistency_amp.reward.verifiers": ("parse_answer", "accuracy", "consistency", "format_reward_func",
                                          "accuracy_reward_func", "SYSTEM_PROMPT"),
