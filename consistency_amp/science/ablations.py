@@ -14,20 +14,20 @@ import pandas as pd
 
 from .experiment_design import (eval_examples, ABLATION_TASKS, EVAL_NAME, FIGURE8_CONDITIONS, ExperimentConfig,
                                                     eval_file, experiment_dir, run_name_of, seeds_of)
-from ..core import NOISE_LEVELS
+from ..core import NOISE_LEVELS, PAIRINGS
+from .table import PAPER_CROSSOVER, PAPER_MARGINS   # the paper's values, from its stated accuracies
 from ..figures.plotting import write_figure
 from ..reward.baseline import exact_fraction
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['FIGURE8_PAIRINGS', 'PAPER_MARGINS', 'Z_95', 'Z_80', 'REWARD_KEY', 'PAIRING_COLOURS', 'PAPER_CROSSOVER',
-           'ABLATIONS_HEADING', 'ABLATION_FIGURES', 'pairing_condition', 'seed_outcomes', 'paired_difference',
-           'seed_power', 'figure8_rows', 'training_reward_rows', 'plot_figure8', 'figure8_science_rows', 'figure6_rows',
-           'plot_figure6', 'figure6_science_rows', 'merge_science', 'report_ablations', 'ablation_summary']
+__all__ = ['FIGURE8_PAIRINGS', 'Z_95', 'Z_80', 'REWARD_KEY', 'PAIRING_COLOURS', 'ABLATIONS_HEADING', 'ABLATION_FIGURES',
+           'pairing_condition', 'seed_outcomes', 'paired_difference', 'seed_power', 'figure8_rows',
+           'training_reward_rows', 'plot_figure8', 'figure8_science_rows', 'figure6_rows', 'plot_figure6',
+           'figure6_science_rows', 'merge_science', 'report_ablations', 'ablation_summary']
 
 # %% ../../nbs/65_ablations.ipynb #0c540d30
-FIGURE8_PAIRINGS = ("minimal", "random", "one_to_all")
-PAPER_MARGINS = {"random": 0.021, "one_to_all": 0.010}   # Figure 8: minimal's accuracy over each pairing (Section 5.6)
+FIGURE8_PAIRINGS = PAIRINGS                # minimal, and the pairings it is compared with (Section 5.6)
 
 def pairing_condition(task: str, pairing: str) -> str:
     "The experiment condition of `task` trained alone with consistency (marker swap) and `pairing`."
@@ -242,8 +242,6 @@ def plot_figure6(rows: list[dict], title: str = "Figure 6 per task, in miniature
     return fig
 
 # %% ../../nbs/65_ablations.ipynb #8d8e4de1
-PAPER_CROSSOVER = 0.2   # Figure 6 (Section 5.4): accuracy training edges out consistency at 10% flipped labels, not from 20% on
-
 def _noise_verdict(value: float, low: float, high: float) -> str:
     "The crossover against the paper's 0.2: inside the interval, earlier, later, or never (inf)."
     if math.isinf(value): return "NOT reproduced: the accuracy reward beats consistency at every noise level up to 0.4"
