@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+from tqdm import tqdm
 
+from ..core import check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
 from .held_out import results_table
-from ..reward.paired_data import check_reads_images
+from ..reward.paired_data import check_paired_dataset, check_reads_images
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.trainer import PairedPromptDataset, pair_key
 
@@ -25,13 +27,16 @@ def _prompt_row(row: dict) -> dict:
     from trl.data_utils import prepare_multimodal_messages
     return dict(row, prompt=prepare_multimodal_messages(row["prompt"], images=[row["image"]]))
 
-def answer_pairs(completer, pairs, batch_size: int = 8) -> list[dict]:
+def answer_pairs(completer, pairs, batch_size: int = 8, progress: bool = False) -> list[dict]:
     "One record per pair of the paired dataset `pairs`: both completions, parsed answers, labels and scores; `completer.complete(rows)` answers."
+    check_int("batch_size", batch_size, 1)
     data = PairedPromptDataset(pairs)                    # label-free rows: the completer never sees a label
     keys = [pair_key(i, side, 0, len(data)) for i in range(len(data)) for side in (0, 1)]
     texts = []
-    for start in range(0, len(keys), batch_size):
-        texts += completer.complete([_prompt_row(data[k]) for k in keys[start:start + batch_size]])
+    with tqdm(total=len(keys), desc="pairs", unit="prompt", disable=not progress) as bar:
+        for start in range(0, len(keys), batch_size):
+            texts += completer.complete([_prompt_row(data[k]) for k in keys[start:start + batch_size]])
+            bar.update(len(keys[start:start + batch_size]))
     records = []
     for i in range(len(data)):
         x, x_prime = data[keys[2 * i]], data[keys[2 * i + 1]]
@@ -59,9 +64,11 @@ def summarize_pairs(records: list[dict]) -> list[dict]:
 # %% ../../nbs/50_pair_evaluation.ipynb #026ba22b
 def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 8,
                    verbose: bool = True) -> tuple[list[dict], list[dict]]:
-    "Greedy answers of `model` to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed."
+    "Greedy answers of `model` to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed, with a progress bar while it answers."
+    check_paired_dataset(pairs)                          # a list, a DataFrame or a bad row: named before any answer
+    check_int("batch_size", batch_size, 1)
     check_reads_images(processing_class, pairs)         # else the images would be left out of the prompts unsaid
-    records = answer_pairs(GreedyDecoder(model, processing_class, max_new_tokens), pairs, batch_size)
+    records = answer_pairs(GreedyDecoder(model, processing_class, max_new_tokens), pairs, batch_size, progress=verbose)
     summary = summarize_pairs(records)
     if verbose: print(results_table(summary))
     return summary, records

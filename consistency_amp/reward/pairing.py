@@ -7,6 +7,7 @@ __all__ = ['rewards_from_coupling', 'minimal_coupling', 'pair_rewards', 'pair_re
            'consistency_rewards', 'consistency_reward_func']
 
 # %% ../../nbs/04_pairing.ipynb #f133482e
+import math, numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -151,12 +152,16 @@ def _by_value(values: Sequence) -> list[int]:
     def key(k): y = values[k]; return (y != y, 0 if y != y else y)   # y != y only for NaN
     return sorted(range(len(values)), key=key)
 
+def _answered(y) -> bool:
+    "A parsed answer: not None, and not NaN (what a float column of datasets or numpy holds where an answer is missing)."
+    return y is not None and not (isinstance(y, numbers.Real) and math.isnan(y))
+
 def consistency_rewards(answers: Sequence, answers_augmented: Sequence, relation: str,
                         strategy: str = "minimal") -> tuple[np.ndarray, np.ndarray]:
-    "Paired consistency rewards for two groups of parsed answers; unparseable (None) answers are not matched and get 0."
+    "Paired consistency rewards for two groups of parsed answers; unparseable answers (None or NaN) are not matched and get 0."
     _check_strategy(strategy)
-    valid0 = [i for i, y in enumerate(answers) if y is not None]
-    valid1 = [j for j, y in enumerate(answers_augmented) if y is not None]
+    valid0 = [i for i, y in enumerate(answers) if _answered(y)]
+    valid1 = [j for j, y in enumerate(answers_augmented) if _answered(y)]
     V = verifier_matrix([answers[i] for i in valid0], [answers_augmented[j] for j in valid1], relation)  # checks types
     if strategy != "random":   # canonical order: the answers sorted by value; random pairing keeps generation order
         order0, order1 = _by_value([answers[i] for i in valid0]), _by_value([answers_augmented[j] for j in valid1])

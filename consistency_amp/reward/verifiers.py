@@ -116,8 +116,10 @@ def _is_bool(x) -> bool: return isinstance(x, (bool, np.bool_))
 def _as_bool(x, param: str) -> bool | None:
     if x is None: return None
     if _is_bool(x): return bool(x)
+    hint = (" (a number: numeric answers are verified with relation 'numeric' and answer_type 'numeric')"
+            if isinstance(x, numbers.Real) else "")
     raise TypeError(f"{param} must be a bool (or None when unparseable) for a boolean verifier; "
-                    f"got {type(x).__name__} {x!r}")
+                    f"got {type(x).__name__} {x!r}{hint}")
 
 # %% ../../nbs/03_verifiers.ipynb #1cb1fd3c
 def _as_number(x, param: str) -> float | None:

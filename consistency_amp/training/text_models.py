@@ -46,10 +46,11 @@ def tiny_text_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = No
 
 # %% ../../nbs/42_text_models.ipynb #3b5734fc
 def load_text_model(name_or_path: str | os.PathLike | None = None, *, lora: bool = True, dtype="auto", device=None, **lora_kwargs):
-    "A causal LM and its tokenizer (default: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection."
+    "A causal LM and its tokenizer (default, or `TINY_TEXT_MODEL`: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection."
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    path = tiny_text_model_path() if name_or_path is None else resolve_model_path(name_or_path)   # a folder that is not there: named
+    path = (tiny_text_model_path() if name_or_path in (None, TINY_TEXT_MODEL)   # the project's own name: built here, never the Hub
+            else resolve_model_path(name_or_path))                              # a folder that is not there: named
     device = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device_map={"": device})
     if lora: model = get_peft_model(model, lora_config(**{"target_modules": list(LORA_TARGET_NAMES), **lora_kwargs}))

@@ -33,7 +33,7 @@ from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
     check_paired_dataset, check_reads_images, label_flipped, load_image, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
-from ..world.spatial_pairs import spatial_pair_dataset
+from ..world.spatial_pairs import check_example_sequence, spatial_pair_dataset
 from ..world.tasks import Example
 from ..reward.verifiers import (
     accuracy, accuracy_reward_func, answer_monitor, completion_text, format_reward_func, parse_answer)
@@ -267,7 +267,9 @@ def paired_prompts(train_dataset, args: OTGRPOConfig, make_pair: Callable[..., P
                              f"label_noise_seed={built[2]}, but args say {args.reward!r}, {args.label_noise}, "
                              f"{args.label_noise_seed}")
         return train_dataset
-    if not isinstance(train_dataset, HFDataset): train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
+    if not isinstance(train_dataset, HFDataset):
+        check_example_sequence(train_dataset, "train_dataset")   # a DatasetDict or a DataFrame: named as such
+        train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
     return PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
 
 # %% ../../nbs/27_trainer.ipynb #7ad1ed10

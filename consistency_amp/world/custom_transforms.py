@@ -5,18 +5,29 @@
 # %% ../../nbs/19_custom_transforms.ipynb #632c80a5
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from PIL import Image
 
 from ..reward.verifiers import SYSTEM_PROMPT
+from .omni3d import Scene
 from .prompts import PromptPair, load_rgb, make_prompt
 from .tasks import NUMERIC_TASKS, TASKS, Example, Question, ground_truth
 from .transforms import Transform, _as_rng, phi
 
 # %% auto #0
 __all__ = ['CustomTransform', 'custom_pair_maker', 'transform_parity']
+
+# %% ../../nbs/19_custom_transforms.ipynb #123d2d40
+def _scene_image_output(name: str, out, image_given: bool) -> tuple:
+    "`scene_image`'s result (scene', image'), checked: a tuple of a Scene and, where an image was given, a PIL image."
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Scene)):
+        raise TypeError(f"CustomTransform {name!r}: scene_image must return (scene', image'), a Scene and a PIL image; "
+                        f"got {type(out).__name__}" + (f" of {len(out)}" if isinstance(out, tuple) else ""))
+    if image_given and not isinstance(out[1], Image.Image):
+        raise TypeError(f"CustomTransform {name!r}: scene_image's image' must be a PIL image; got {type(out[1]).__name__}")
+    return out
 
 # %% ../../nbs/19_custom_transforms.ipynb #6def22bf
 @dataclass(frozen=True)
@@ -29,6 +40,12 @@ class CustomTransform:
 
     def __post_init__(self):
         if self.scene_image is None and self.question is None: raise ValueError(f"CustomTransform {self.name!r} changes neither the image nor the question")
+        for attr in ("scene_image", "question"):
+            if (f := getattr(self, attr)) is not None and not callable(f):
+                raise TypeError(f"CustomTransform {self.name!r}: {attr} must be a function; got {type(f).__name__} {f!r}")
+        if not isinstance(self.relation, Mapping):
+            raise TypeError(f"CustomTransform {self.name!r}: relation must be a dict task -> 'same' or 'opposite', e.g. "
+                            f"{{'depth': 'same'}}; got {type(self.relation).__name__} {self.relation!r}")
         for task, rel in self.relation.items():
             if task not in TASKS: raise ValueError(f"CustomTransform {self.name!r}: unknown task {task!r}; expected one of {TASKS}")
             if rel not in ("same", "opposite") or (task in NUMERIC_TASKS and rel != "same"):
@@ -43,8 +60,16 @@ class CustomTransform:
     def apply(self, scene, image, question: Question):
         "(scene', image', question') of x' = T(x); `image` may be None (labels only)."
         if self.scene_image is not None:
-            scene, image = self.scene_image(scene, image)
-        return scene, image, (self.question(question) if self.question is not None else question)
+            try: out = self.scene_image(scene, image)
+            except Exception as e:   # the parity check runs it on the labels alone
+                if image is None: e.add_note(f"CustomTransform {self.name!r}: scene_image is also called with image=None, "
+                                             "for the labels alone (transform_parity); return (scene', None) then")
+                raise
+            scene, image = _scene_image_output(self.name, out, image is not None)
+        if self.question is not None and not isinstance(question := self.question(question), Question):
+            raise TypeError(f"CustomTransform {self.name!r}: question must return a tasks.Question (e.g. "
+                            f"dataclasses.replace(q, template=...)); got {type(question).__name__} {question!r}")
+        return scene, image, question
 
 # %% ../../nbs/19_custom_transforms.ipynb #acd06789
 def custom_pair_maker(transform: CustomTransform, system_prompt: str = SYSTEM_PROMPT) -> Callable:

@@ -5,7 +5,7 @@
 # %% ../../nbs/20_spatial_pairs.ipynb #82d75660
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from .prompts import ANSWER_TYPE, PromptPair, make_prompt_pair
 from .tasks import BOOLEAN_TASKS, Example
 
 # %% auto #0
-__all__ = ['pair_record', 'spatial_pair_dataset']
+__all__ = ['pair_record', 'check_example_sequence', 'spatial_pair_dataset']
 
 # %% ../../nbs/20_spatial_pairs.ipynb #da68aea6
 def pair_record(pair: PromptPair, pair_id: str) -> dict:
@@ -25,10 +25,20 @@ def pair_record(pair: PromptPair, pair_id: str) -> dict:
             "ground_truth": pair.ground_truth, "ground_truth_augmented": pair.ground_truth_augmented,
             "pair_id": pair_id, "task": pair.task, "source": pair.source}
 
+# %% ../../nbs/20_spatial_pairs.ipynb #b752d2cb
+def check_example_sequence(value, name: str = "examples") -> None:
+    "Raise, naming `name` and the way to a paired dataset, if `value` is a table or a mapping rather than a sequence of examples."
+    if not (isinstance(value, (str, bytes, Mapping)) or hasattr(value, "columns")): return
+    hint = ("; a DatasetDict holds splits: give one, e.g. dataset['train']" if type(value).__name__ == "DatasetDict" else
+            "; make it one with datasets.Dataset.from_pandas(df)" if hasattr(value, "columns") else "")
+    raise ValueError(f"{name} is a {type(value).__name__}: give a paired datasets.Dataset (nbs/07_paired_data.ipynb) "
+                     f"or a sequence of tasks.Example{hint}")
+
 # %% ../../nbs/20_spatial_pairs.ipynb #dc5b4e0c
 def spatial_pair_dataset(examples: Sequence[Example], make_pair: Callable[..., PromptPair] = make_prompt_pair, seed: int = 0):
     "The paired `datasets.Dataset` of `examples`: row i is `make_pair(examples[i], rng([seed, 0, i]))` as a pair record, built when read; pair id: the example's uid."
     from datasets import Dataset
+    check_example_sequence(examples)
     examples = list(examples)
     if not examples: raise ValueError("spatial_pair_dataset needs at least one example")
     for i, e in enumerate(examples):

@@ -10,13 +10,13 @@ import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
-
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from ..core import check_choice, check_int, help_field
+from ..core import check_choice, check_choices, check_int, help_field
 from .geometry import box_area_fraction, box_coverage, box_iou
 from .omni3d import load_omni3d, Object3D, omni3d_json_path, OMNI3D_SOURCES, OMNI3D_SPLITS, Scene
 from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question,
@@ -328,6 +328,11 @@ class TaskSplit(NamedTuple):
     test: list[Example]
 
 # %% ../../nbs/21_task_splits.ipynb #f0301a97
+def _root_sources(root, splits=OMNI3D_SPLITS) -> list[str]:
+    "The sources with a split file under an Omni3D `root` (where `omni3d_json_path` looks), e.g. ['KITTI', 'SUNRGBD']."
+    folders = [Path(root), Path(root) / "Omni3D", Path(root) / "datasets" / "Omni3D"]
+    return sorted({p.name.rsplit("_", 1)[0] for f in folders for spl in splits for p in f.glob(f"*_{spl}.json")})
+
 def load_sources(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, **load_kwargs) -> dict[str, list[Scene]]:
     "All scenes per source under an Omni3D `root`, pooling the split files that exist (at least one per source)."
     out = {}
@@ -340,7 +345,8 @@ def load_sources(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, **load_kwar
                 if s.image_id in seen: raise ValueError(f"{path}: image id {s.image_id} also appears in {seen[s.image_id]}")
                 seen[s.image_id] = path.name
                 scenes.append(s)
-        if not seen: raise FileNotFoundError(f"no {src}_{{{','.join(splits)}}}.json under {root}")
+        if not seen: raise FileNotFoundError(f"no {src}_{{{','.join(splits)}}}.json under {root}; the sources it has: "
+                                             f"{_root_sources(root, splits) or 'none'}")
         out[src] = scenes
     return out
 
@@ -358,14 +364,17 @@ def rejection_counts(scenes, filters: TaskFilters) -> Counter:
 def build_task_splits(root, tasks=TASKS, sources=("SUNRGBD", "KITTI"), filters=None, seed: int = 0, max_per_image: int = 1,
                       split_seed: int = 0, test_fraction: float = 0.2, **load_kwargs) -> dict[tuple[str, str], TaskSplit]:
     "Train/test examples per (task, source) from an Omni3D root directory, a dict source -> scenes, or a list of scenes."
+    tasks = check_choices("tasks", tasks, TASKS)                 # one name or several, each a task
+    sources = (sources,) if isinstance(sources, str) else tuple(sources)
     if isinstance(root, (list, tuple)):
         by_source = {}
         for sc in root:
             if not isinstance(sc, Scene): raise ValueError(f"build_task_splits: expected Scene objects, got {type(sc).__name__}")
             by_source.setdefault(sc.source, []).append(sc)
-    else: by_source = root if isinstance(root, dict) else load_sources(root, sources, **load_kwargs)
+    elif isinstance(root, dict): by_source = root
+    else: by_source = load_sources(root, sources, **load_kwargs)   # a data root: any source with Omni3D's files
     missing = [s for s in sources if s not in by_source]
-    if missing: raise ValueError(f"build_task_splits: no scenes for source(s) {missing}")
+    if missing: raise ValueError(f"build_task_splits: no scenes for source(s) {missing}; the scenes' sources: {sorted(by_source)}")
     out = {}
     for src in sources:
         by_task = build_examples_by_task(by_source[src], tasks, filters, seed, max_per_image, split_seed, test_fraction)
