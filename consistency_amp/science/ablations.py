@@ -21,8 +21,8 @@ from ..reward.baseline import exact_fraction
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['FIGURE8_PAIRINGS', 'Z_95', 'Z_80', 'REWARD_KEY', 'PAIRING_COLOURS', 'ABLATIONS_HEADING', 'ABLATION_FIGURES',
-           'pairing_condition', 'seed_outcomes', 'paired_difference', 'seed_power', 'figure8_rows',
+__all__ = ['FIGURE8_PAIRINGS', 'Z_95', 'Z_80', 'REWARD_KEY', 'REWARD_ROW_COLUMNS', 'PAIRING_COLOURS', 'ABLATIONS_HEADING',
+           'ABLATION_FIGURES', 'pairing_condition', 'seed_outcomes', 'paired_difference', 'seed_power', 'figure8_rows',
            'training_reward_rows', 'plot_figure8', 'figure8_science_rows', 'figure6_rows', 'plot_figure6',
            'figure6_science_rows', 'merge_science', 'report_ablations', 'ablation_summary']
 
@@ -117,6 +117,8 @@ def figure8_rows(config: ExperimentConfig, runs_dir=None, resamples: int = 2000)
 
 # %% ../../nbs/65_ablations.ipynb #72a515b6
 REWARD_KEY = "rewards/consistency/mean"
+
+REWARD_ROW_COLUMNS = ("task", "pairing", "seed", "start", "end", "steps", "uninformed")
 
 def training_reward_rows(config: ExperimentConfig, runs_dir=None, window: int = 10) -> list[dict]:
     "Per ablation task, pairing and seed: the consistency reward over the first and last `window` steps, and the uninformed guesser's."
@@ -301,10 +303,13 @@ def report_ablations(config: ExperimentConfig, runs_dir=None, out_dir="figures",
     out, paths, tables = Path(out_dir), [], []
     if rows := figure8_rows(config, runs_dir, resamples):
         out.mkdir(parents=True, exist_ok=True)
-        paths += write_figure(plot_figure8(rows, training_reward_rows(config, runs_dir)), out, "science_fig8_pairing_per_task")
+        rewards = training_reward_rows(config, runs_dir)
+        paths += write_figure(plot_figure8(rows, rewards), out, "science_fig8_pairing_per_task")
         pd.DataFrame([{k: v for k, v in r.items() if k != "per_seed"} for r in rows]).to_csv(
             out / "science_fig8_pairing_per_task.csv", index=False)
-        paths.append(out / "science_fig8_pairing_per_task.csv"); tables.append(figure8_science_rows(rows))
+        pd.DataFrame(rewards, columns=REWARD_ROW_COLUMNS).to_csv(out / "science_fig8_training_reward.csv", index=False)   # the right panel's values
+        paths += [out / "science_fig8_pairing_per_task.csv", out / "science_fig8_training_reward.csv"]
+        tables.append(figure8_science_rows(rows))
     if noise := figure6_rows(config, runs_dir, resamples):
         out.mkdir(parents=True, exist_ok=True)
         paths += write_figure(plot_figure6(noise), out, "science_fig6_label_noise_per_task")
