@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import copy, math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from PIL import Image
 
+from ..core import check_choices
 from .geometry import as_array
 from .omni3d import Object3D, Scene
 from .tasks import NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question, ground_truth
@@ -274,17 +276,18 @@ def _marker_swap_rate(marker_swap) -> float:
 
 # %% ../../nbs/17_transforms.ipynb #441e97fa
 def sample_transform(rng, scene: Scene | Example, question: Question | None = None, p: float = 0.5,
-                     crop_scale=CROP_SCALE, jitter_strength: float = JITTER_STRENGTH, marker_swap: bool | float = False) -> Transform:
-    "Draw T for (`scene`, `question`) (or an `Example`): each available transformation independently with probability `p`; `marker_swap` adds the marker swap (True: to every pair; a number: to that share)."
+                     crop_scale=CROP_SCALE, jitter_strength: float = JITTER_STRENGTH, marker_swap: bool | float = False,
+                     transforms: Sequence[str] = TRANSFORM_NAMES) -> Transform:
+    "Draw T for (`scene`, `question`) (or an `Example`): each available transformation of `transforms` independently with probability `p`; `marker_swap` adds the marker swap (True: to every pair; a number: to that share)."
     if isinstance(scene, Example): scene, question = scene.scene, scene.question
     if not isinstance(scene, Scene) or not isinstance(question, Question):
         raise ValueError("sample_transform needs a Scene and a Question, or an Example")
     if not 0 <= p <= 1: raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
     if not 0 <= jitter_strength < 1: raise ValueError(f"jitter_strength must be in [0, 1), got {jitter_strength!r}")
-    rate = _marker_swap_rate(marker_swap)
+    rate, chosen = _marker_swap_rate(marker_swap), check_choices("transforms", transforms, TRANSFORM_NAMES)
     rng = _as_rng(rng)
-    coins = dict(zip(TRANSFORM_NAMES, rng.random(len(TRANSFORM_NAMES)) < p))
-    use = {n: bool(coins[n]) and n in available_transforms(question.task) for n in TRANSFORM_NAMES}
+    coins = dict(zip(TRANSFORM_NAMES, rng.random(len(TRANSFORM_NAMES)) < p))   # every coin drawn: the default set's stream
+    use = {n: bool(coins[n]) and n in chosen and n in available_transforms(question.task) for n in TRANSFORM_NAMES}
     T = Transform(
         flip=use["flip"],
         crop=sample_crop(rng, scene, crop_scale) if use["crop"] else None,
