@@ -15,9 +15,9 @@ from numbers import Integral
 
 # %% auto #0
 __all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES',
-           'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL', 'DEFAULT_MODEL', 'check_choice',
-           'check_choices', 'check_int', 'read_bool', 'check_notebook_parameters', 'accept_both_spellings',
-           'help_field', 'console_logging']
+           'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL', 'SPATIAL_BASE_PREFIX', 'DEFAULT_MODEL',
+           'check_choice', 'check_choices', 'check_int', 'read_bool', 'check_notebook_parameters',
+           'accept_both_spellings', 'help_field', 'console_logging']
 
 # %% ../nbs/02_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -102,6 +102,7 @@ PAPER_JOINT_STEPS = 2000                                         # Section 5.3: 
 
 # %% ../nbs/02_core.ipynb #d4f2b836
 TINY_MODEL = "tiny-qwen2.5-vl"          # random weights: a pipeline check
+SPATIAL_BASE_PREFIX = "spatial-base-"   # the pretrained tiny spatial bases' names (`training.spatial_bases.SPATIAL_BASES`)
 DEFAULT_MODEL = "spatial-base-large"    # the pretrained tiny spatial base, every entry point's default
 
 # %% ../nbs/02_core.ipynb #0913d041

@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['LORA_R', 'LORA_ALPHA', 'LORA_DROPOUT', 'LORA_TARGET_NAMES', 'LANGUAGE_MODEL_NAMES', 'VISION_TOWER_NAMES',
-           'LANGUAGE_LORA_TARGETS', 'SPATIAL_BASE_PREFIX', 'language_lora_regex', 'lora_config', 'resolve_model_path',
-           'resolve_device', 'resolve_dtype', 'find_model', 'vision_tower_names', 'freeze_vision_tower',
-           'lora_module_names', 'check_lora_placement', 'count_parameters', 'load_processor', 'load_adapter',
-           'save_adapter', 'load_model', 'check_loadable']
+           'LANGUAGE_LORA_TARGETS', 'language_lora_regex', 'lora_config', 'resolve_model_path', 'resolve_device',
+           'resolve_dtype', 'find_model', 'vision_tower_names', 'freeze_vision_tower', 'lora_module_names',
+           'check_lora_placement', 'count_parameters', 'load_processor', 'load_adapter', 'save_adapter', 'load_model',
+           'check_loadable']
 
 # %% ../../nbs/41_models.ipynb #7513fae5
 import json
@@ -22,7 +22,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForImageTextToText, AutoProcessor, ProcessorMixin
 
-from ..core import DEFAULT_MODEL, TINY_MODEL   # (re-exported: models.PAPER_MODELS
+from ..core import DEFAULT_MODEL, SPATIAL_BASE_PREFIX, TINY_MODEL   # (re-exported: models.PAPER_MODELS
 from .adapter_files import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, _check_positive, check_adapter   # models.check_adapter stays importable
 from .spatial_bases import spatial_base_path
 from .tiny_models import tiny_model_path
@@ -55,7 +55,6 @@ def lora_config(r: int = LORA_R, alpha: float = LORA_ALPHA, dropout: float = LOR
                       task_type="CAUSAL_LM")
 
 # %% ../../nbs/41_models.ipynb #0afba045
-SPATIAL_BASE_PREFIX = "spatial-base-"   # names of `spatial_bases.SPATIAL_BASES`
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
 
 def _adapter_base(adapter_dir: Path) -> str | None:

@@ -22,7 +22,7 @@ from transformers import TrainerState
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
-from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, check_choice, check_int, help_field
+from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int, help_field
 from ..reward.pairing import consistency_reward_func
 from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
     shared_prompt_logps)
@@ -288,6 +288,9 @@ class OTGRPOTrainer(GRPOTrainer):
         "`train_dataset`: a paired `datasets.Dataset` (`reward.paired_data`), spatial `Example`s (made one by `spatial_pair_dataset` with `make_pair`), or a `PairedPromptDataset`."
         if not isinstance(args, OTGRPOConfig):
             raise ValueError(f"args must be an OTGRPOConfig, got {type(args).__name__}")
+        if isinstance(model, str) and (model == TINY_MODEL or model.startswith(SPATIAL_BASE_PREFIX)) and not os.path.isdir(model):
+            raise ValueError(f"model {model!r} is one of the project's own models, which TRL would look for on the Hub: pass "
+                             f"the model and processor of consistency_amp.load_model({model!r})")
         paired = paired_prompts(train_dataset, args, make_pair)
         if isinstance(model, torch.nn.Module): replace_input_grads_hooks(model)   # before TRL's first checkpointing call
         pairs = args.generation_batch_size // (2 * args.num_generations)
