@@ -44,7 +44,7 @@ def test_notebook_is_skipped_by_nbdev_and_parametrised():
     assert nb.cells[0].cell_type == "raw" and "skip_exec: true" in nb.cells[0].source
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and 'out_dir = "../figures"' in tagged[0].source and 'runs_dir = "../runs"' in tagged[0].source
-    for line in ('scale = "mini"', "data_root = None", "real_samples = None"): assert line in tagged[0].source
+    for line in ('scale = "mini"', "data_root = None", "real_samples = None", "replace_stored = False"): assert line in tagged[0].source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "nbs/figures.ipynb is stored unexecuted"
 
 
@@ -158,3 +158,16 @@ def test_executed_notebook_shows_the_figure(executed):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert any("text/markdown" in o.get("data", {}) for o in outputs)
+
+
+def test_other_data_or_runs_never_write_over_the_stored_figures(tmp_path):
+    "A user's own data_root or runs_dir with the default out_dir (the repository's figures/) is refused before any figure."
+    (tmp_path / "runs").mkdir()
+    stored = {p: p.stat().st_mtime_ns for p in (REPO / "figures").rglob("*") if p.is_file()}
+    for parameters in ({"runs_dir": str(tmp_path / "runs")}, {"runs_dir": str(REPO / "runs"), "data_root": str(tmp_path)}):
+        with pytest.raises(pm.PapermillExecutionError) as error:
+            pm.execute_notebook(str(NOTEBOOK), str(tmp_path / "executed.ipynb"), kernel_name="python3", cwd=str(tmp_path),
+                                progress_bar=False, parameters=parameters)
+        assert error.value.ename == "ValueError" and "out_dir is the repository's stored figures" in error.value.evalue
+        assert "-p replace_stored True" in error.value.evalue
+    assert {p: p.stat().st_mtime_ns for p in (REPO / "figures").rglob("*") if p.is_file()} == stored
