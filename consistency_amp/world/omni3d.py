@@ -108,6 +108,7 @@ class Scene:
     dataset_id: int = -1
     src_90_rotate: int = 0                   # Omni3D: the image was rotated this many times by 90° counterclockwise
     src_flagged: bool = False                # Omni3D: flagged as a possibly inconsistent sky direction
+    unlabelled_categories: tuple[str, ...] = ()   # classes with an instance whose annotation was dropped (valid3D=false): uncountable
 
     __eq__ = _dataclass_eq
 
@@ -330,7 +331,9 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
             if image_id in bad_images: raise _FieldError("image_id", f"image id={image_id} was skipped")
             if image_id not in scenes: raise _FieldError("image_id", f"no image with id {image_id} in 'images'")
             if not _flag(rec, "valid3D") and not keep_invalid3d:
-                report.n_invalid3d += 1
+                report.n_invalid3d += 1                   # the image still shows it: its class cannot be counted there
+                if (name := categories.get(rec.get("category_id"))) is not None and name not in scenes[image_id].unlabelled_categories:
+                    scenes[image_id].unlabelled_categories += (name,)
                 continue
             obj = _parse_annotation(rec, categories)
             if obj.id in seen: raise _FieldError("id", f"duplicate annotation id {obj.id}")

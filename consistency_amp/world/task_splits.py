@@ -202,9 +202,10 @@ def candidates(im: ImageObjects, task: str) -> Candidates:
 
 # %% ../../nbs/21_task_splits.ipynb #f7736735
 def counting_candidates(scene: Scene, filters: TaskFilters) -> list[str]:
-    "Classes of `scene` whose 2..5 instances all pass the single-object filters and the same-class overlap limits."
+    "Classes of `scene` whose 2..5 instances all pass the single-object filters and the same-class overlap limits (none with a dropped annotation)."
     by_class: dict[str, list[Object3D]] = {}
-    for o in scene.objects: by_class.setdefault(o.category, []).append(o)
+    for o in scene.objects:
+        if o.category not in scene.unlabelled_categories: by_class.setdefault(o.category, []).append(o)   # else the image shows more
     out = []
     for cat, objs in sorted(by_class.items()):
         if not filters.min_count <= len(objs) <= filters.max_count: continue
