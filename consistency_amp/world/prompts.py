@@ -145,9 +145,15 @@ class PromptPair:
 def load_rgb(scene: Scene) -> Image.Image:
     "The scene's image as RGB: `Scene.load_image` without its extra copy when the file is already RGB (2x faster on JPEG)."
     if scene.image_path is None: raise ValueError(f"scene image_id={scene.image_id}: no image_path")
-    with Image.open(scene.image_path) as im:
-        im.load()
-        return im if im.mode == "RGB" else im.convert("RGB")
+    try:
+        with Image.open(scene.image_path) as im:
+            im.load()                                        # a truncated or damaged file fails here, after its header passed
+            return im if im.mode == "RGB" else im.convert("RGB")
+    except OSError as e:   # PIL's message names neither the file nor the record; the same type, so callers still catch it
+        message = f"{scene.image_path}: the image of {scene.source} image id {scene.image_id} ({scene.file_path}) cannot be read: {e}"
+        try: error = type(e)(message)
+        except TypeError: error = OSError(message)
+        raise error from e
 
 # %% ../../nbs/18_prompts.ipynb #86fd1cb0
 def use_pillow_block_cache(blocks: int = 16) -> int:
