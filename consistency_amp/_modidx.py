@@ -65,6 +65,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                        'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out._check_adapter': ( 'held_out.html#_check_adapter',
                                                                                                              'consistency_amp/evaluation/held_out.py'),
+                                                     'consistency_amp.evaluation.held_out._check_some_questions': ( 'held_out.html#_check_some_questions',
+                                                                                                                    'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out._completer': ( 'held_out.html#_completer',
                                                                                                          'consistency_amp/evaluation/held_out.py'),
                                                      'consistency_amp.evaluation.held_out._from_main': ( 'held_out.html#_from_main',

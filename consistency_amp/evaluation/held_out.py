@@ -284,6 +284,16 @@ def stored_answers(path, key: str) -> list[dict] | None:
     return stored["records"] if ok else None
 
 
+# %% ../../nbs/48_held_out.ipynb #e073eb89
+def _check_some_questions(examples: dict, data_root) -> None:
+    "Refuse an evaluation with no test question at all (its results file would block the real one); warn of each empty (task, source)."
+    where = "the built-in synthetic world" if data_root is None else os.fspath(data_root)
+    groups = ", ".join(f"{t}/{s}" for (t, s), g in examples.items() if not g)
+    if not any(examples.values()):
+        raise ValueError(f"no test questions for {groups} in {where}: nothing to evaluate (choose the tasks and sources "
+                         "your data has; consistency_amp.world.task_splits.build_task_splits says, per source, why a task has none)")
+    if groups: warnings.warn(f"no test questions for {groups} in {where}: their rows read n = 0")
+
 # %% ../../nbs/48_held_out.ipynb #70435fb9
 def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
              data_root=None, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
@@ -295,6 +305,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
     _check_adapter(adapter, model_or_name)
     start = time.perf_counter()
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
+    _check_some_questions(examples, data_root)           # before the model loads, and before a results file is written
     completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device)
     loaded = time.perf_counter()   # the test data read and the model loaded (or vLLM's engine started)
     records, results, shard, reused, replaced = [], [], process_group(), [], []
