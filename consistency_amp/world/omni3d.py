@@ -255,8 +255,10 @@ def _info(data: dict, json_path: Path) -> dict:
 # %% ../../nbs/10_omni3d.ipynb #22b4546d
 def _source_split(info: dict, json_path: Path) -> tuple[str, str]:
     stem = json_path.stem.rsplit("_", 1)
-    name = info.get("name") if isinstance(info.get("name"), str) and info.get("name").strip() else None
-    source = name.split()[0] if name else stem[0]
+    named = lambda key: info[key].strip() if isinstance(info.get(key), str) and info[key].strip() else None
+    # Omni3D's own `info.source` first, then the file's {source}_{split} name (the data root's layout), then the first
+    # word of `info.name` ("KITTI Train"), which other exports fill freely ("kitti_object train (my export)")
+    source = named("source") or (stem[0] if len(stem) == 2 else None) or (named("name") or stem[0]).split()[0]
     split = info.get("split") if isinstance(info.get("split"), str) else (stem[1] if len(stem) == 2 else "")
     return source, split.lower()
 
