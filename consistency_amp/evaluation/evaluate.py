@@ -132,7 +132,9 @@ def argument_parser():
     from transformers import HfArgumentParser
     parser = HfArgumentParser(EvalArguments, prog="python -m consistency_amp.evaluation.evaluate",
                               description="Evaluate a run or a model on the held-out test split of every (task, source) "
-                                          "into runs/<run>/eval/<eval_name>.json (see nbs/evaluate.ipynb).")
+                                          "into runs/<run>/eval/<eval_name>.json (see nbs/evaluate.ipynb). The test split is "
+                                          "the paper's (Section 5.1): a data root's train, val and test files pooled, then "
+                                          "every (task, source) split 80/20 per image by a fixed-seed hash.")
     optional_counts = [name for name, hint in typing.get_type_hints(EvalArguments).items() if hint == int | None]   # max_examples, max_new_tokens
     for action in parser._actions:   # HfArgumentParser types `int | None` as int, which refuses ""
         if action.dest in optional_counts: action.type = _count_or_none
