@@ -171,3 +171,19 @@ def test_other_data_or_runs_never_write_over_the_stored_figures(tmp_path):
         assert error.value.ename == "ValueError" and "out_dir is the repository's stored figures" in error.value.evalue
         assert "-p replace_stored True" in error.value.evalue
     assert {p: p.stat().st_mtime_ns for p in (REPO / "figures").rglob("*") if p.is_file()} == stored
+
+
+def test_a_data_root_with_one_source_draws_what_it_can(tmp_path):
+    "A KITTI-only Omni3D root: Figure 1 from a KITTI example, Table 1 and Appendix D of KITTI alone, no SUN RGB-D figure."
+    from consistency_amp.world.synthetic import default_world
+    world, root = Path(default_world()), tmp_path / "kitti_only"
+    (root / "Omni3D").mkdir(parents=True); (root / "images").symlink_to(world / "images")
+    for split_file in (world / "Omni3D").glob("KITTI_*.json"): (root / "Omni3D" / split_file.name).symlink_to(split_file)
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "figures"
+    pm.execute_notebook(str(NOTEBOOK), str(tmp_path / "executed.ipynb"), kernel_name="python3", cwd=str(tmp_path),
+                        progress_bar=False, parameters={"out_dir": str(out), "runs_dir": str(tmp_path / "runs"),
+                                                        "data_root": str(root)})
+    assert (out / "fig1_concept.png").is_file() and (out / "appendixD_omni3d_KITTI.png").is_file()
+    assert not (out / "appendixD_omni3d_SUNRGBD.png").exists()
+    assert set(pd.read_csv(out / "table1_dataset_statistics.csv").source) == {"KITTI"}

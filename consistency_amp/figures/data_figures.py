@@ -217,9 +217,10 @@ def table_1_markdown(table: pd.DataFrame, data_label: str) -> str:
     "Table 1 as markdown: per task, examples (train/test) in KITTI and SUN RGB-D, with the paper's counts."
     rows = []
     for task in dict.fromkeys(table.task):
-        r = {s: table[(table.task == task) & (table.source == s)].iloc[0] for s in ("KITTI", "SUNRGBD")}
-        cell = lambda x: f"{int(x.n):,} ({int(x.train):,}/{int(x.test):,})"
-        paper = lambda x: "–" if math.isnan(x.paper_n) else f"{int(x.paper_n):,}"
+        rows_of = {s: table[(table.task == task) & (table.source == s)] for s in ("KITTI", "SUNRGBD")}
+        r = {s: rs.iloc[0] if len(rs) else None for s, rs in rows_of.items()}   # a data root may hold one source
+        cell = lambda x: "not in these data" if x is None else f"{int(x.n):,} ({int(x.train):,}/{int(x.test):,})"
+        paper = lambda x: "–" if x is None or math.isnan(x.paper_n) else f"{int(x.paper_n):,}"
         rows.append({"Task": TASK_LABELS[task], "KITTI": cell(r["KITTI"]), "SUN RGB-D": cell(r["SUNRGBD"]),
                      "paper KITTI": paper(r["KITTI"]), "paper SUN RGB-D": paper(r["SUNRGBD"])})
     return (f"## Table 1: examples per task and domain\n\nData: {data_label}. Cells: examples (train/test). "
@@ -234,11 +235,12 @@ def table_1_data(table: pd.DataFrame) -> pd.DataFrame:
     return figure_data(rows)
 
 # %% ../../nbs/62_data_figures.ipynb #898bb5cd
-def write_table_1(out_dir, data_root=None, stem: str = "table1_dataset_statistics") -> tuple[dict, pd.DataFrame]:
-    "Compute Table 1 from `data_root` (None: the synthetic world) and write <stem>.csv and .md; returns (paths, table)."
+def write_table_1(out_dir, data_root=None, stem: str = "table1_dataset_statistics",
+                  sources=("SUNRGBD", "KITTI")) -> tuple[dict, pd.DataFrame]:
+    "Compute Table 1 of `sources` from `data_root` (None: the synthetic world) and write <stem>.csv and .md; returns (paths, table)."
     from consistency_amp.world.synthetic import default_world
     root = default_world() if data_root is None else data_root
-    table = table_1(dataset_statistics(root))
+    table = table_1(dataset_statistics(root, sources=sources))
     label = "the built-in synthetic world" if data_root is None else f"Omni3D root {data_root}"
     out_dir, md = _out_dir(out_dir), table_1_markdown(table, label)
     paths = {"csv": write_atomically(out_dir / f"{stem}.csv", lambda t: table.to_csv(t, index=False)),

@@ -28,7 +28,7 @@ _logger = logging.getLogger(__name__)
 __all__ = ['GAP_CAP', 'AREA_CAP', 'TaskFilters', 'default_filters', 'visible_fraction', 'object_rejection', 'ImageObjects',
            'Candidates', 'candidates', 'counting_candidates', 'selection_scores', 'select_groups', 'image_rng',
            'image_examples', 'build_examples_by_task', 'build_examples', 'split_of', 'split_examples', 'TaskSplit',
-           'load_sources', 'rejection_counts', 'build_task_splits', 'dataset_statistics']
+           'root_sources', 'load_sources', 'rejection_counts', 'build_task_splits', 'dataset_statistics']
 
 # %% ../../nbs/21_task_splits.ipynb #c3c2d8d5
 @dataclass(frozen=True)
@@ -329,7 +329,7 @@ class TaskSplit(NamedTuple):
     test: list[Example]
 
 # %% ../../nbs/21_task_splits.ipynb #f0301a97
-def _root_sources(root, splits=OMNI3D_SPLITS) -> list[str]:
+def root_sources(root, splits=OMNI3D_SPLITS) -> list[str]:
     "The sources with a split file under an Omni3D `root` (where `omni3d_json_path` looks), e.g. ['KITTI', 'SUNRGBD']."
     folders = [Path(root), Path(root) / "Omni3D", Path(root) / "datasets" / "Omni3D"]
     return sorted({p.name.rsplit("_", 1)[0] for f in folders for spl in splits for p in f.glob(f"*_{spl}.json")})
@@ -347,7 +347,7 @@ def load_sources(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, **load_kwar
                 seen[s.image_id] = path.name
                 scenes.append(s)
         if not seen: raise FileNotFoundError(f"no {src}_{{{','.join(splits)}}}.json under {root}; the sources it has: "
-                                             f"{_root_sources(root, splits) or 'none'}")
+                                             f"{root_sources(root, splits) or 'none'}")
         out[src] = scenes
     return out
 
