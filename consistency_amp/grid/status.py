@@ -28,9 +28,9 @@ STATUSES = ("complete", "running", "needs_eval", "incomplete", "missing", "eval_
 LAUNCHABLE = ("needs_eval", "incomplete", "missing")
 
 def _model_key(model) -> str | None:
+    "A model as the manifest tells models apart: its name, so a checkpoint folder /models/Qwen2.5-VL-7B-Instruct is Qwen/Qwen2.5-VL-7B-Instruct."
     if model is None: return None
-    model = os.fspath(model)
-    return Path(model).name if os.path.isabs(model) else model
+    return Path(os.fspath(model)).name
 
 # %% ../../nbs/55_status.ipynb #369c6935
 def _same(a, b) -> bool:
