@@ -168,8 +168,11 @@ def check_data_root(data_root, source: str) -> Path:
     for split in OMNI3D_SPLITS:
         try: omni3d_json_path(root, source, split); return root
         except FileNotFoundError: pass
+    from consistency_amp.world.task_splits import root_sources   # (imported here: parsing parameters needs no pandas)
+    has = root_sources(root)
     raise ValueError(f"data_root {root} holds no {source}_{{{','.join(OMNI3D_SPLITS)}}}.json (looked in "
-                     f"{root}, {root / 'Omni3D'} and {root / 'datasets' / 'Omni3D'})")
+                     f"{root}, {root / 'Omni3D'} and {root / 'datasets' / 'Omni3D'})"
+                     + (f"; it holds {', '.join(has)}: train on one of them with --source" if has else ""))
 
 # %% ../../nbs/36_train_params.ipynb #2f9e4d12
 def run_record(self: TrainParams) -> dict:
