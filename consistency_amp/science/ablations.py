@@ -15,7 +15,7 @@ import pandas as pd
 from .experiment_design import (eval_examples, ABLATION_TASKS, EVAL_NAME, FIGURE8_CONDITIONS, ExperimentConfig,
                                                     eval_file, experiment_dir, run_name_of, seeds_of)
 from ..core import NOISE_LEVELS, PAIRINGS
-from .table import PAPER_CROSSOVER, PAPER_MARGINS   # the paper's values, from its stated accuracies
+from .table import PAPER_CROSSOVER, PAPER_MARGINS, PAPER_SSL_GAP   # the paper's values, from its text
 from ..figures.plotting import write_figure
 from ..reward.baseline import exact_fraction
 from ..world.tasks import BOOLEAN_TASKS
@@ -346,7 +346,7 @@ def ablation_summary(science_csv, base: str | None = None) -> str:
     ssl = [f"{_pp(r.value)} pp [{_pp(r.low)}, {_pp(r.high)}] on {task}" for task in ABLATION_TASKS
            if (r := rows.get(f"ssl_best_minus_consistency_{task}")) is not None and not pd.isna(r.value)]
     if ssl: parts.append("the best self-supervised baseline trained here as a reward scores " + " and ".join(ssl)
-                         + " against consistency (paper, jointly, released checkpoints: -3.6)")
+                         + f" against consistency (paper, jointly, released checkpoints: {100 * PAPER_SSL_GAP:+.1f})")
     if not parts: return ""
     return (f"Trained one task at a time ({base or ExperimentConfig().model}{f', {max(seeds)} seeds, paired' if seeds else ''}), "
             + "; ".join(parts) + ".")

@@ -17,10 +17,11 @@ from ..files import write_atomically
 from ..core import NOISE_LEVELS, check_choice   # NOISE_LEVELS (Section 5.4): the flipped-label fractions p of accuracy training
 
 # %% auto #0
-__all__ = ['CONDITIONS', 'PAPER_GAIN_RATIOS', 'PAPER_MARGINS', 'PAPER_CROSSOVER', 'METRICS', 'SCIENCE_COLUMNS', 'MONITOR_KEYS',
-           'check_outcomes', 'condition_means', 'bootstrap', 'gain_ratio', 'paper_gain_ratios', 'paper_gain_ratio_text',
-           'noise_crossover', 'paper_ablation_values', 'verdict', 'science_table', 'science_markdown', 'write_science',
-           'science_summary', 'plot_answer_monitor', 'canonical_claim', 'claim_constancy']
+__all__ = ['CONDITIONS', 'PAPER_GAIN_RATIOS', 'PAPER_MARGINS', 'PAPER_CROSSOVER', 'PAPER_SSL_GAP', 'METRICS', 'SCIENCE_COLUMNS',
+           'MONITOR_KEYS', 'check_outcomes', 'condition_means', 'bootstrap', 'gain_ratio', 'paper_gain_ratios',
+           'paper_gain_ratio_text', 'noise_crossover', 'paper_ablation_values', 'verdict', 'science_table',
+           'science_markdown', 'write_science', 'science_summary', 'plot_answer_monitor', 'canonical_claim',
+           'claim_constancy']
 
 # %% ../../nbs/63_science_table.ipynb #0d14dce7
 CONDITIONS = ("base", "accuracy", "consistency", "consistency_random", "consistency_one_to_all", "blind",
@@ -96,16 +97,16 @@ def noise_crossover(means: Mapping[str, float]) -> float:
     return math.inf
 
 # %% ../../nbs/63_science_table.ipynb #716a39b0
-def paper_ablation_values() -> tuple[dict[str, float], float]:
-    "Figure 8's margins of minimal pairing over each other pairing (per task, 7B) and Figure 6's crossover (joint, 7B), from the accuracies the paper states."
+def paper_ablation_values() -> tuple[dict[str, float], float, float]:
+    "Figure 8's margins of minimal pairing over each other pairing (per task, 7B), Figure 6's crossover and Figure 5's strongest baseline minus consistency (joint, 7B), from the numbers the paper states."
     from consistency_amp.figures.figure_data import paper_numbers
     n = paper_numbers().value / 100
     margins = {p: round(n["pairing_self_task_minimal"] - n[f"pairing_self_task_{p}"], 3) for p in ("random", "one_to_all")}
     crossover = noise_crossover({"accuracy": n["noise_0_accuracy"], "consistency": n["noise_consistency"]}
                                 | {f"accuracy_noise{p:g}": n[f"noise_{round(100 * p)}_accuracy"] for p in NOISE_LEVELS})
-    return margins, crossover
+    return margins, crossover, -n["visual_jigsaw_best_margin"]   # Section 5.3: consistency leads the best baseline by 3.6 pp
 
-PAPER_MARGINS, PAPER_CROSSOVER = paper_ablation_values()
+PAPER_MARGINS, PAPER_CROSSOVER, PAPER_SSL_GAP = paper_ablation_values()
 
 # %% ../../nbs/63_science_table.ipynb #56a65d97
 METRICS = {  # name: (statistic of the condition means, conditions it reads, the paper's value, the claim it checks)
