@@ -14,7 +14,7 @@ from pathlib import Path
 from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
                                   TINY_MODEL, TRUE_WORDS, FALSE_WORDS, check_choice, check_int,
                                   help_field)
-from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path
+from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path, root_sources
 from .runs import check_run_name, PARAM_KEYS, resolve_path
 from .runs import run_name as default_run_name
 from ..reward.ssl import SSL_TASKS
@@ -168,7 +168,6 @@ def check_data_root(data_root, source: str) -> Path:
     for split in OMNI3D_SPLITS:
         try: omni3d_json_path(root, source, split); return root
         except FileNotFoundError: pass
-    from consistency_amp.world.task_splits import root_sources   # (imported here: parsing parameters needs no pandas)
     has = root_sources(root)
     raise ValueError(f"data_root {root} holds no {source}_{{{','.join(OMNI3D_SPLITS)}}}.json (looked in "
                      f"{root}, {root / 'Omni3D'} and {root / 'datasets' / 'Omni3D'})"

@@ -26,7 +26,7 @@ _logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['OMNI3D_SOURCES', 'OMNI3D_SPLITS', 'Object3D', 'Scene', 'Skipped', 'LoadReport', 'Scenes', 'default_image_root',
-           'load_omni3d', 'omni3d_json_path', 'load_omni3d_root']
+           'load_omni3d', 'omni3d_json_path', 'load_omni3d_root', 'root_sources', 'load_sources']
 
 # %% ../../nbs/10_omni3d.ipynb #c2fdee4f
 def _same(a, b) -> bool:
@@ -355,10 +355,15 @@ def load_omni3d(json_path, image_root=None, on_error: str = "raise", check_image
 OMNI3D_SOURCES = ("SUNRGBD", "KITTI")
 OMNI3D_SPLITS = ("train", "val", "test")
 
+def _json_folders(root) -> list[Path]:
+    "Where an Omni3D root keeps its JSON files: in it, in Omni3D/ below it, or in datasets/Omni3D/ (Omni3D's own layout)."
+    root = Path(root)
+    return [root, root / "Omni3D", root / "datasets" / "Omni3D"]
+
 def omni3d_json_path(root, source: str, split: str) -> Path:
     "Path of `{source}_{split}.json` under `root`, `root/Omni3D` or `root/datasets/Omni3D`; FileNotFoundError listing where it looked."
-    root, name = Path(root), f"{source}_{split}.json"
-    candidates = [root / name, root / "Omni3D" / name, root / "datasets" / "Omni3D" / name]
+    name = f"{source}_{split}.json"
+    candidates = [folder / name for folder in _json_folders(root)]
     for c in candidates:
         if c.is_file(): return c
     raise FileNotFoundError(f"{name} not found; looked for " + ", ".join(map(str, candidates))
@@ -369,3 +374,26 @@ def load_omni3d_root(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, image_r
     "Load `{source}_{split}.json` for every source and split under `root`, keyed by 'SOURCE_split'; `kwargs` go to `load_omni3d`."
     return {f"{src}_{spl}": load_omni3d(omni3d_json_path(root, src, spl), image_root=image_root, **kwargs)
             for src in sources for spl in splits}
+
+# %% ../../nbs/10_omni3d.ipynb #f0301a97
+def root_sources(root, splits=OMNI3D_SPLITS) -> list[str]:
+    "The sources with a split file under an Omni3D `root` (where `omni3d_json_path` looks), e.g. ['KITTI', 'SUNRGBD']."
+    folders = [Path(root), Path(root) / "Omni3D", Path(root) / "datasets" / "Omni3D"]
+    return sorted({p.name.rsplit("_", 1)[0] for f in folders for spl in splits for p in f.glob(f"*_{spl}.json")})
+
+def load_sources(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, **load_kwargs) -> dict[str, list[Scene]]:
+    "All scenes per source under an Omni3D `root`, pooling the split files that exist (at least one per source)."
+    out = {}
+    for src in sources:
+        scenes, seen = [], {}
+        for spl in splits:
+            try: path = omni3d_json_path(root, src, spl)
+            except FileNotFoundError: continue
+            for s in load_omni3d(path, **load_kwargs):
+                if s.image_id in seen: raise ValueError(f"{path}: image id {s.image_id} also appears in {seen[s.image_id]}")
+                seen[s.image_id] = path.name
+                scenes.append(s)
+        if not seen: raise FileNotFoundError(f"no {src}_{{{','.join(splits)}}}.json under {root}; the sources it has: "
+                                             f"{root_sources(root, splits) or 'none'}")
+        out[src] = scenes
+    return out

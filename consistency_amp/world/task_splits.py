@@ -18,7 +18,8 @@ import pandas as pd
 
 from ..core import check_choice, check_choices, check_int, help_field
 from .geometry import box_area_fraction, box_coverage, box_iou
-from .omni3d import load_omni3d, Object3D, omni3d_json_path, OMNI3D_SOURCES, OMNI3D_SPLITS, Scene
+from .omni3d import (load_omni3d, load_sources, Object3D, omni3d_json_path, OMNI3D_SOURCES, OMNI3D_SPLITS,
+                                         root_sources, Scene)   # load_sources: read here first, importable from here still
 from .tasks import (BOOLEAN_TASKS, N_OBJECTS, NUMERIC_TASKS, TASKS, TEMPLATES, Example, Question,
                                    ground_truth)
 
@@ -28,7 +29,7 @@ _logger = logging.getLogger(__name__)
 __all__ = ['GAP_CAP', 'AREA_CAP', 'TaskFilters', 'default_filters', 'visible_fraction', 'object_rejection', 'ImageObjects',
            'Candidates', 'candidates', 'counting_candidates', 'selection_scores', 'select_groups', 'image_rng',
            'image_examples', 'build_examples_by_task', 'build_examples', 'split_of', 'split_examples', 'TaskSplit',
-           'root_sources', 'load_sources', 'rejection_counts', 'build_task_splits', 'dataset_statistics']
+           'rejection_counts', 'build_task_splits', 'dataset_statistics']
 
 # %% ../../nbs/21_task_splits.ipynb #c3c2d8d5
 @dataclass(frozen=True)
@@ -327,29 +328,6 @@ class TaskSplit(NamedTuple):
     "The train and test examples of one (task, source)."
     train: list[Example]
     test: list[Example]
-
-# %% ../../nbs/21_task_splits.ipynb #f0301a97
-def root_sources(root, splits=OMNI3D_SPLITS) -> list[str]:
-    "The sources with a split file under an Omni3D `root` (where `omni3d_json_path` looks), e.g. ['KITTI', 'SUNRGBD']."
-    folders = [Path(root), Path(root) / "Omni3D", Path(root) / "datasets" / "Omni3D"]
-    return sorted({p.name.rsplit("_", 1)[0] for f in folders for spl in splits for p in f.glob(f"*_{spl}.json")})
-
-def load_sources(root, sources=OMNI3D_SOURCES, splits=OMNI3D_SPLITS, **load_kwargs) -> dict[str, list[Scene]]:
-    "All scenes per source under an Omni3D `root`, pooling the split files that exist (at least one per source)."
-    out = {}
-    for src in sources:
-        scenes, seen = [], {}
-        for spl in splits:
-            try: path = omni3d_json_path(root, src, spl)
-            except FileNotFoundError: continue
-            for s in load_omni3d(path, **load_kwargs):
-                if s.image_id in seen: raise ValueError(f"{path}: image id {s.image_id} also appears in {seen[s.image_id]}")
-                seen[s.image_id] = path.name
-                scenes.append(s)
-        if not seen: raise FileNotFoundError(f"no {src}_{{{','.join(splits)}}}.json under {root}; the sources it has: "
-                                             f"{root_sources(root, splits) or 'none'}")
-        out[src] = scenes
-    return out
 
 # %% ../../nbs/21_task_splits.ipynb #9159414c
 def rejection_counts(scenes, filters: TaskFilters) -> Counter:
