@@ -66,7 +66,6 @@ def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT
                    verbose: bool = True) -> tuple[list[dict], list[dict]]:
     "Greedy answers of `model` to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed, with a progress bar while it answers."
     check_paired_dataset(pairs)                          # a list, a DataFrame or a bad row: named before any answer
-    check_int("batch_size", batch_size, 1)
     check_reads_images(processing_class, pairs)         # else the images would be left out of the prompts unsaid
     records = answer_pairs(GreedyDecoder(model, processing_class, max_new_tokens), pairs, batch_size, progress=verbose)
     summary = summarize_pairs(records)
