@@ -269,6 +269,8 @@ def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
     config = lambda max_steps: text_config(tmp_path / "own", save_strategy="steps", save_steps=1, max_steps=max_steps)
     args = config(max_steps=1)
     OTGRPOTrainer(model, args, pairs, processing_class=tokenizer).train()
+    cut_off = tmp_path / "own" / "checkpoint-5"                          # a save a kill cut off: no trainer_state.json
+    cut_off.mkdir(); (cut_off / "adapter_model.safetensors").write_bytes(b"\0" * 8)
     digest = lambda: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((tmp_path / "own").rglob("*")) if p.is_file()}
     before = digest()
     assert any(name == "adapter_model.safetensors" for name in before)
@@ -282,8 +284,13 @@ def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
             again.train(resume_from_checkpoint=resume)
     assert digest() == before
     longer = OTGRPOTrainer(model, config(max_steps=2), pairs, processing_class=tokenizer)
-    assert longer.train(resume_from_checkpoint=True).global_step == 2    # resuming the run it holds, to a later max_steps
-    assert sorted(p.name for p in (tmp_path / "own").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert longer.train(resume_from_checkpoint=True).global_step == 2    # resuming the run it holds (not the cut-off save)
+    assert sorted(p.name for p in (tmp_path / "own").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-5"]
+    # only the cut-off save in an output_dir: no earlier run to protect, and a resume starts from step 0 (Trainer's own
+    # pick, the newest folder, would fail to load it, at every retry)
+    only_cut = tmp_path / "cut"; (only_cut / "checkpoint-1").mkdir(parents=True)
+    fresh = OTGRPOTrainer(model, text_config(only_cut, save_strategy="steps", save_steps=1, max_steps=1), pairs, processing_class=tokenizer)
+    assert fresh.train(resume_from_checkpoint=True).global_step == 1 and (only_cut / "checkpoint-1" / "trainer_state.json").is_file()
 
 
 def test_answers_cut_off_by_max_completion_length_are_said(tmp_path):

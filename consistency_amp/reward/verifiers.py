@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['SYSTEM_PROMPT', 'ANSWER_TYPES', 'RELATIONS', 'completion_text', 'extract_answer', 'parse_boolean', 'parse_numeric',
            'parse_answer', 'format_reward', 'accuracy', 'consistency', 'format_reward_func', 'accuracy_reward_func',
-           'answer_monitor']
+           'answer_monitor', 'log_answer_metrics']
 
 # %% ../../nbs/03_verifiers.ipynb #0ea62a76
 import math
@@ -216,3 +216,11 @@ def answer_monitor(completions: Sequence, answer_type: Sequence, num_generations
     booleans = [a for a, kind in zip(answers, answer_type) if kind == "boolean" and a is not None]
     return {"answers/constant_groups": float(np.mean(constant)),
             "answers/true_rate": float(np.mean(booleans)) if booleans else float("nan")}
+
+# %% ../../nbs/03_verifiers.ipynb #7ad1ed10
+def log_answer_metrics(metrics, scores, texts, answer_type, K: int) -> None:
+    "Appends the step's answer metrics to TRL's `metrics`: unparseable share, the reward-hacking monitor, and accuracy where labels exist."
+    unparseable, correct = zip(*scores)
+    metrics["answers/unparseable"].append(float(np.mean(unparseable)))
+    for name, value in answer_monitor(texts, answer_type, K).items(): metrics[name].append(value)
+    if labelled := [c for c in correct if c is not None]: metrics["answers/accuracy"].append(float(np.mean(labelled)))

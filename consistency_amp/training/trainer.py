@@ -19,7 +19,7 @@ from accelerate.utils import gather_object
 from datasets import Dataset as HFDataset
 from torch.utils.data import Dataset, Sampler
 from transformers import TrainerState
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int, help_field
@@ -36,12 +36,12 @@ from ..world.prompts import PromptPair, make_prompt_pair
 from ..world.spatial_pairs import check_example_sequence, spatial_pair_dataset
 from ..world.tasks import Example
 from ..reward.verifiers import (
-    accuracy, accuracy_reward_func, answer_monitor, completion_text, format_reward_func, parse_answer)
+    accuracy, accuracy_reward_func, completion_text, format_reward_func, log_answer_metrics, parse_answer)
 
 # %% auto #0
 __all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'paired_sampler',
            'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'consistency_reward_placeholder',
-           'paired_prompts', 'log_answer_metrics', 'OTGRPOTrainer']
+           'paired_prompts', 'complete_checkpoint', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
 @dataclass
@@ -272,13 +272,12 @@ def paired_prompts(train_dataset, args: OTGRPOConfig, make_pair: Callable[..., P
         train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
     return PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
 
-# %% ../../nbs/27_trainer.ipynb #7ad1ed10
-def log_answer_metrics(metrics, scores, texts, answer_type, K: int) -> None:
-    "Appends the step's answer metrics to TRL's `metrics`: unparseable share, the reward-hacking monitor, and accuracy where labels exist."
-    unparseable, correct = zip(*scores)
-    metrics["answers/unparseable"].append(float(np.mean(unparseable)))
-    for name, value in answer_monitor(texts, answer_type, K).items(): metrics[name].append(value)
-    if labelled := [c for c in correct if c is not None]: metrics["answers/accuracy"].append(float(np.mean(labelled)))
+# %% ../../nbs/27_trainer.ipynb #218a4a33
+def complete_checkpoint(output_dir) -> str | None:
+    "The newest `checkpoint-<step>` of `output_dir` holding trainer_state.json (Trainer writes it last: a save cut off by a kill has none), or None."
+    steps = {int(name[len(PREFIX_CHECKPOINT_DIR) + 1:]): name for name in (os.listdir(output_dir) if os.path.isdir(output_dir) else [])
+             if name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-").isdigit() and os.path.isfile(os.path.join(output_dir, name, "trainer_state.json"))}
+    return os.path.join(output_dir, steps[max(steps)]) if steps else None
 
 # %% ../../nbs/27_trainer.ipynb #966b8c7b
 class OTGRPOTrainer(GRPOTrainer):
@@ -317,14 +316,15 @@ class OTGRPOTrainer(GRPOTrainer):
         if args.use_vllm: adapt_vllm_generation(self.vllm_generation, args.vllm_mode)   # TRL 1.16's two gaps with images
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        "`Trainer.train`, refusing what Trainer does silently: a fresh start into an `output_dir` that holds an earlier run's checkpoints (it writes over them), and a resume from a checkpoint already at `max_steps` (it trains one step more)."
+        "`Trainer.train`, refusing what Trainer does silently: a fresh start into an `output_dir` that holds an earlier run's checkpoints (it writes over them), and a resume from a checkpoint already at `max_steps` (it trains one step more); `resume_from_checkpoint=True` takes the newest complete checkpoint (Trainer's own pick may be a save cut off by a kill)."
         folder, max_steps = self.args.output_dir, self.args.max_steps
-        last = get_last_checkpoint(folder) if os.path.isdir(folder) else None
+        last = complete_checkpoint(folder)
+        if resume_from_checkpoint is True: resume_from_checkpoint = last   # None: none complete, a start from step 0
         if not resume_from_checkpoint and last and self.args.save_strategy != "no":
             raise FileExistsError(f"output_dir {folder} holds an earlier run's checkpoints ({os.path.basename(last)}): training "
                                   "would write over them. Continue that run with train(resume_from_checkpoint=True), or "
                                   "choose another output_dir")
-        state = os.path.join((last or "") if resume_from_checkpoint is True else str(resume_from_checkpoint or ""), "trainer_state.json")
+        state = os.path.join(str(resume_from_checkpoint or ""), "trainer_state.json")
         if resume_from_checkpoint and max_steps > 0 and os.path.isfile(state) and (step := TrainerState.load_from_json(state).global_step) >= max_steps:
             raise ValueError(f"{os.path.dirname(state)} is at step {step} of max_steps={max_steps}: the run is complete, and "
                              "resuming it would train one step more. Its adapter is in that checkpoint; raise max_steps to train on")
