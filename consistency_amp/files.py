@@ -5,13 +5,15 @@
 # %% ../nbs/01_files.ipynb #c93d9495
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CACHE_ENV', 'repo_root', 'resolve_path', 'cache_dir', 'utc_now', 'write_atomically', 'build_once']
+__all__ = ['CACHE_ENV', 'repo_root', 'resolve_path', 'cache_dir', 'utc_now', 'write_atomically', 'cut_off_file', 'build_once']
 
 # %% ../nbs/01_files.ipynb #4614a308
 def repo_root(start: str | os.PathLike | None = None) -> Path | None:
@@ -65,6 +67,24 @@ def write_atomically(path: str | os.PathLike, write, overwrite: bool = True) -> 
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
+
+# %% ../nbs/01_files.ipynb #a9fc9a11
+def _safetensors_whole(path: Path) -> bool:
+    "Whether the .safetensors file `path` holds all its header promises (8-byte length, JSON header, the tensors' bytes)."
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little") if size >= 8 else size
+        try: header = json.loads(f.read(n)) if 8 + n <= size else None
+        except ValueError: header = None
+    ends = [v["data_offsets"][1] for k, v in (header or {}).items() if k != "__metadata__" and isinstance(v, dict)]
+    return header is not None and 8 + n + max(ends, default=0) == size
+
+def cut_off_file(folder) -> Path | None:
+    "The first file of `folder` that is cut off: a torch archive (.pt, .pth) without its zip index, or a .safetensors file shorter than its header says; None if none."
+    for path in sorted(p for p in Path(folder).iterdir() if p.is_file()):
+        if path.suffix in (".pt", ".pth") and not zipfile.is_zipfile(path): return path
+        if path.suffix == ".safetensors" and not _safetensors_whole(path): return path
+    return None
 
 # %% ../nbs/01_files.ipynb #422188c3
 def build_once(path: str | os.PathLike, build, marker: str = "config.json") -> Path:

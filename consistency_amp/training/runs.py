@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..core import check_choice
-from ..files import repo_root, resolve_path, utc_now, write_atomically   # runs.repo_root/resolve_path/utc_now stay importable
+from ..files import cut_off_file, repo_root, resolve_path, utc_now, write_atomically   # runs.repo_root/resolve_path/utc_now stay importable
 from .run_lock import (acquire_run_lock, describe_writer, holds_run_lock, release_run_lock,
                                                run_is_live, this_process)
 
@@ -206,15 +206,15 @@ def checkpoint_step(checkpoint: str | os.PathLike) -> int:
 
 # %% ../../nbs/31_runs.ipynb #4f0f0461
 def last_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    "The checkpoint to resume `run_dir` from: the newest whose trainer_state.json is readable (a damaged one is skipped with a warning), or None."
+    "The checkpoint to resume `run_dir` from: the newest whose trainer_state.json is readable and no tensor file cut off (a damaged one is skipped with a warning), or None."
     import warnings
     for checkpoint in reversed(checkpoints(run_dir)):
         try:
-            if isinstance(read_json(checkpoint / TRAINER_STATE_FILE), dict): return checkpoint
-            problem = "is not a JSON object"
-        except (OSError, ValueError) as e: problem = f"is unreadable ({e})"
-        warnings.warn(f"{checkpoint / TRAINER_STATE_FILE} {problem}: skipping {checkpoint.name}, resuming from an "
-                      "older checkpoint (delete it to silence this)")
+            if not isinstance(read_json(checkpoint / TRAINER_STATE_FILE), dict): problem = f"{TRAINER_STATE_FILE} is not a JSON object"
+            elif (cut := cut_off_file(checkpoint)) is None: return checkpoint
+            else: problem = f"{cut.name} is cut off"
+        except (OSError, ValueError) as e: problem = f"{TRAINER_STATE_FILE} is unreadable ({e})"
+        warnings.warn(f"{checkpoint}/{problem}: skipping {checkpoint.name}, resuming from an older checkpoint (delete it to silence this)")
     return None
 
 # %% ../../nbs/31_runs.ipynb #f264a95a
