@@ -31,7 +31,8 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'ANSWER_SETTINGS', 'resolve_tasks',
            'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng',
            'answer_type_of', 'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table',
-           'check_eval_params', 'code_digest', 'answers_key', 'stored_answers', 'evaluate', 'answering_time']
+           'check_eval_params', 'code_digest', 'answers_key', 'stored_answers', 'weights_digest', 'evaluate',
+           'answering_time']
 
 # %% ../../nbs/48_held_out.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -284,6 +285,16 @@ def stored_answers(path, key: str) -> list[dict] | None:
     return stored["records"] if ok else None
 
 
+# %% ../../nbs/48_held_out.ipynb #fe0e1736
+def weights_digest(adapter) -> str | None:
+    "A digest of the weight files (adapter_model.*) of the adapter folder `adapter`; None without an adapter."
+    if adapter is None: return None
+    digest = hashlib.sha256()
+    for path in sorted(Path(adapter).glob("adapter_model.*")):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""): digest.update(chunk)
+    return digest.hexdigest()[:16]
+
 # %% ../../nbs/48_held_out.ipynb #e073eb89
 def _check_some_questions(examples: dict, data_root) -> None:
     "Refuse an evaluation with no test question at all (its results file would block the real one); warn of each empty (task, source)."
@@ -310,6 +321,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
     loaded = time.perf_counter()   # the test data read and the model loaded (or vLLM's engine started)
     records, results, shard, reused, replaced = [], [], process_group(), [], []
     settings = dict(model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter), backend=backend,
+                    adapter_weights=weights_digest(adapter),
                     data_root=None if data_root is None else os.fspath(data_root), **{k: p[k] for k in ANSWER_SETTINGS})
     for (task, source), group in examples.items():
         stored, key = (None if partial_dir is None else Path(partial_dir) / f"{task}-{source}.json"), answers_key(settings, group)
