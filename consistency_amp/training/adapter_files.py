@@ -64,8 +64,7 @@ def _adapter_way_out(adapter_dir: Path) -> str:
                    and _weights_problem(c) is None), None)
     if intact is None: return f"no checkpoint of {run_dir} holds an intact adapter: retrain the run (--overwrite)"
     return (f"copy {ADAPTER_WEIGHTS_FILE} and {ADAPTER_CONFIG_FILE} from the newest intact checkpoint, {intact} (step "
-            f"{checkpoint_step(intact)}), into {adapter_dir}; or resume the run (--resume: it saves the adapter again at "
-            f"the end), or retrain it (--overwrite)")
+            f"{checkpoint_step(intact)}), into {adapter_dir}; or retrain the run (--overwrite)")   # a complete run has nothing to resume
 
 def check_adapter(adapter_dir: str | os.PathLike):
     "The peft config of the adapter in `adapter_dir` once both its files are checked; a damaged or missing file is a ValueError naming it and the way out."
