@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CACHE_ENV', 'repo_root', 'resolve_path', 'cache_dir', 'utc_now', 'write_atomically', 'cut_off_file', 'build_once']
+__all__ = ['CACHE_ENV', 'CHECKPOINT_RE', 'TRAINER_STATE_FILE', 'repo_root', 'resolve_path', 'cache_dir', 'utc_now',
+           'write_atomically', 'cut_off_file', 'complete_checkpoints', 'build_once']
 
 # %% ../nbs/01_files.ipynb #4614a308
 def repo_root(start: str | os.PathLike | None = None) -> Path | None:
@@ -85,6 +87,18 @@ def cut_off_file(folder) -> Path | None:
         if path.suffix in (".pt", ".pth") and not zipfile.is_zipfile(path): return path
         if path.suffix == ".safetensors" and not _safetensors_whole(path): return path
     return None
+
+# %% ../nbs/01_files.ipynb #2f13ad1d
+CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")   # transformers' checkpoint folders (PREFIX_CHECKPOINT_DIR-<step>)
+TRAINER_STATE_FILE = "trainer_state.json"
+
+def complete_checkpoints(folder) -> list[Path]:
+    "The complete checkpoints (holding trainer_state.json) directly in `folder`, by increasing step; [] if `folder` is not there."
+    folder = Path(folder)
+    if not folder.is_dir(): return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir()
+             if (m := CHECKPOINT_RE.fullmatch(p.name)) and (p / TRAINER_STATE_FILE).is_file()]
+    return [p for _, p in sorted(found)]
 
 # %% ../nbs/01_files.ipynb #422188c3
 def build_once(path: str | os.PathLike, build, marker: str = "config.json") -> Path:

@@ -19,18 +19,19 @@ from importlib import metadata
 from pathlib import Path
 
 from ..core import check_choice
-from ..files import cut_off_file, repo_root, resolve_path, utc_now, write_atomically   # runs.repo_root/resolve_path/utc_now stay importable
+from ..files import (CHECKPOINT_RE, TRAINER_STATE_FILE, complete_checkpoints, cut_off_file, repo_root,
+                                   resolve_path, utc_now, write_atomically)   # runs.repo_root/resolve_path/utc_now/TRAINER_STATE_FILE stay importable
 from .run_lock import (acquire_run_lock, describe_writer, holds_run_lock, release_run_lock,
                                                run_is_live, this_process)
 
 # %% auto #0
 __all__ = ['PARAMS_FILE', 'STATUS_FILE', 'TRAIN_LOG_FILE', 'NOTEBOOK_FILE', 'ADAPTER_DIR', 'CHECKPOINTS_DIR', 'EVAL_DIR',
            'ADAPTER_WEIGHTS', 'ADAPTER_CONFIG', 'RUN_KINDS', 'RUN_STATES', 'PARAM_KEYS', 'TRAIN_REQUIRED_KEYS',
-           'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'CHECKPOINT_RE', 'TRAINER_STATE_FILE',
-           'OPERATIONAL_KEYS', 'LATER_PARAMS', 'RECORDED_ON_RESUME', 'runs_dir', 'jsonable', 'write_json', 'read_json',
-           'append_jsonl', 'read_jsonl', 'truncate_train_log', 'package_versions', 'git_commit', 'provenance',
-           'check_run_name', 'model_tag', 'run_name', 'checkpoints', 'checkpoint_step', 'last_checkpoint',
-           'effective_state', 'run_path', 'write_status', 'params_diff', 'check_startable', 'create_run']
+           'VERSIONED_PACKAGES', 'METADATA_KEYS', 'RUNS_ENV', 'RUN_NAME_RE', 'OPERATIONAL_KEYS', 'LATER_PARAMS',
+           'RECORDED_ON_RESUME', 'runs_dir', 'jsonable', 'write_json', 'read_json', 'append_jsonl', 'read_jsonl',
+           'truncate_train_log', 'package_versions', 'git_commit', 'provenance', 'check_run_name', 'model_tag',
+           'run_name', 'checkpoints', 'checkpoint_step', 'last_checkpoint', 'effective_state', 'run_path',
+           'write_status', 'params_diff', 'check_startable', 'create_run']
 
 # %% ../../nbs/31_runs.ipynb #e933c87d
 PARAMS_FILE, STATUS_FILE, TRAIN_LOG_FILE, NOTEBOOK_FILE = "params.json", "status.json", "train_log.jsonl", "notebook.ipynb"
@@ -186,16 +187,9 @@ def run_name(params: dict) -> str:
     return check_run_name("_".join(_slug(p) for p in parts))
 
 # %% ../../nbs/31_runs.ipynb #4f6cff22
-CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
-TRAINER_STATE_FILE = "trainer_state.json"
-
 def checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     "The complete checkpoints (holding trainer_state.json) of a run, by increasing step."
-    folder = Path(run_dir) / CHECKPOINTS_DIR
-    if not folder.is_dir(): return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir()
-             if (m := CHECKPOINT_RE.fullmatch(p.name)) and (p / TRAINER_STATE_FILE).is_file()]
-    return [p for _, p in sorted(found)]
+    return complete_checkpoints(Path(run_dir) / CHECKPOINTS_DIR)
 
 # %% ../../nbs/31_runs.ipynb #c27a5eef
 def checkpoint_step(checkpoint: str | os.PathLike) -> int:

@@ -19,10 +19,10 @@ from accelerate.utils import gather_object
 from datasets import Dataset as HFDataset
 from torch.utils.data import Dataset, Sampler
 from transformers import TrainerState
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int, help_field
+from ..files import TRAINER_STATE_FILE, complete_checkpoints   # what makes a checkpoint complete, said once
 from ..reward.pairing import consistency_reward_func
 from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
     shared_prompt_logps)
@@ -41,7 +41,7 @@ from ..reward.verifiers import (
 # %% auto #0
 __all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'paired_sampler',
            'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'consistency_reward_placeholder',
-           'paired_prompts', 'complete_checkpoint', 'OTGRPOTrainer']
+           'paired_prompts', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
 @dataclass
@@ -272,13 +272,6 @@ def paired_prompts(train_dataset, args: OTGRPOConfig, make_pair: Callable[..., P
         train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
     return PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
 
-# %% ../../nbs/27_trainer.ipynb #218a4a33
-def complete_checkpoint(output_dir) -> str | None:
-    "The newest `checkpoint-<step>` of `output_dir` holding trainer_state.json (Trainer writes it last: a save cut off by a kill has none), or None."
-    steps = {int(name[len(PREFIX_CHECKPOINT_DIR) + 1:]): name for name in (os.listdir(output_dir) if os.path.isdir(output_dir) else [])
-             if name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-").isdigit() and os.path.isfile(os.path.join(output_dir, name, "trainer_state.json"))}
-    return os.path.join(output_dir, steps[max(steps)]) if steps else None
-
 # %% ../../nbs/27_trainer.ipynb #966b8c7b
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
@@ -318,13 +311,13 @@ class OTGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         "`Trainer.train`, refusing what Trainer does silently: a fresh start into an `output_dir` that holds an earlier run's checkpoints (it writes over them), and a resume from a checkpoint already at `max_steps` (it trains one step more); `resume_from_checkpoint=True` takes the newest complete checkpoint (Trainer's own pick may be a save cut off by a kill)."
         folder, max_steps = self.args.output_dir, self.args.max_steps
-        last = complete_checkpoint(folder)
+        last = next((str(c) for c in reversed(complete_checkpoints(folder))), None)   # Trainer's own pick may be a cut-off save
         if resume_from_checkpoint is True: resume_from_checkpoint = last   # None: none complete, a start from step 0
         if not resume_from_checkpoint and last and self.args.save_strategy != "no":
             raise FileExistsError(f"output_dir {folder} holds an earlier run's checkpoints ({os.path.basename(last)}): training "
                                   "would write over them. Continue that run with train(resume_from_checkpoint=True), or "
                                   "choose another output_dir")
-        state = os.path.join(str(resume_from_checkpoint or ""), "trainer_state.json")
+        state = os.path.join(str(resume_from_checkpoint or ""), TRAINER_STATE_FILE)
         if resume_from_checkpoint and max_steps > 0 and os.path.isfile(state) and (step := TrainerState.load_from_json(state).global_step) >= max_steps:
             raise ValueError(f"{os.path.dirname(state)} is at step {step} of max_steps={max_steps}: the run is complete, and "
                              "resuming it would train one step more. Its adapter is in that checkpoint; raise max_steps to train on")
