@@ -61,14 +61,13 @@ def test_two_processes_train_one_complete_run(two_process_run):
 
 def test_cli_refuses_an_existing_run_before_importing_torch(two_process_run):
     runs, _ = two_process_run
-    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "consistency_amp.training.train", *FLAGS, "--runs_dir",
                            str(runs)], env=environment(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert f"run directory {runs / NAME} already exists" in proc.stderr and "--overwrite" in proc.stderr
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    # fast because torch, transformers and trl are never imported (shown here, not timed: a timed test flakes on 2 cores)
     assert "torch" not in imported and "transformers" not in imported and "trl" not in imported
-    assert time.perf_counter() - start < 30
 
 
 def test_cli_names_a_new_run_for_other_parameters_under_the_same_name(two_process_run):

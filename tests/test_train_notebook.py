@@ -168,18 +168,16 @@ INVALID = [
 @pytest.mark.parametrize("bad,expected", INVALID, ids=[next(iter(b)) for b, _ in INVALID])
 def test_invalid_parameters_fail_fast_with_the_choices(tmp_path, bad, expected):
     runs = tmp_path / "runs"
-    start = time.perf_counter()
     with pytest.raises(pm.PapermillExecutionError) as error:
         execute(tmp_path, "bad.ipynb", runs_dir=str(runs), **(TINY | bad))
-    elapsed = time.perf_counter() - start
     assert error.value.ename == "ValueError" and expected in error.value.evalue
     assert not runs.exists()                                          # no run folder
     nb = nbformat.read(tmp_path / "bad.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     failed = next(i for i, c in enumerate(code) if any(o.get("output_type") == "error" for o in c.get("outputs", [])))
     assert "TrainParams(" in code[failed].source                      # the validation cell, before any model
+    # fast because it fails before any model loads (shown by which cell failed, not timed: timed tests flake on 2 cores)
     assert all(c.get("execution_count") is None for c in code[failed + 1:])
-    assert elapsed < 45, elapsed
 
 
 def test_resume_ends_where_an_uninterrupted_run_ends(tmp_path, monkeypatch):
