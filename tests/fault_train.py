@@ -5,7 +5,9 @@ The tiny model's own completions never parse, so every reward would be 0 and eve
 every other; the completions are instead drawn with torch's RNG from three scripted answers (so a resumed run must
 restore the RNG state to match an uninterrupted one). FAULT_STEP_DELAY seconds of sleep per generation give a test
 time to send a signal mid-run; FAULT_PID_DIR, when set, receives one `rank<r>.pid` file per process;
-FAULT_DISK_FULL_AT_STEP makes writing that step's log line fail as a full disk does; FAULT_KILL_BEFORE_ADAPTER kills the
+FAULT_DISK_FULL_AT_STEP makes writing that step's log line fail as a full disk does; FAULT_DISK_FULL_IN_CHECKPOINT makes
+the checkpoint of that step fail in `optimizer.pt`, part written, as torch.save fails on a full disk (its own message,
+from torch 2.13 on a full tmpfs); FAULT_KILL_BEFORE_ADAPTER kills the
 process (SIGKILL) after the last step's checkpoint, just before the final adapter is saved.
 """
 import os
@@ -44,6 +46,20 @@ def disk_full_at(step: int):
     rc.append_jsonl = failing
 
 
+def disk_full_in_checkpoint(step: int):
+    "torch.save of checkpoint-`step`'s optimizer.pt writes part of the file, then fails as torch's zip writer does."
+    import torch
+    save = torch.save
+
+    def failing(obj, f, *args, **kwargs):
+        if isinstance(f, (str, os.PathLike)) and Path(f).name == "optimizer.pt" and Path(f).parent.name == f"checkpoint-{step}":
+            Path(f).write_bytes(b"PK\x03\x04" + bytes(60))
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+        return save(obj, f, *args, **kwargs)
+
+    torch.save = failing
+
+
 def killed_before_adapter():
     "SIGKILL instead of saving the final adapter: the run ends with its last checkpoint and no adapter."
     import signal
@@ -56,6 +72,7 @@ if __name__ == "__main__":
         Path(os.environ["FAULT_PID_DIR"], f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
     scripted_generation()
     if os.environ.get("FAULT_DISK_FULL_AT_STEP"): disk_full_at(int(os.environ["FAULT_DISK_FULL_AT_STEP"]))
+    if os.environ.get("FAULT_DISK_FULL_IN_CHECKPOINT"): disk_full_in_checkpoint(int(os.environ["FAULT_DISK_FULL_IN_CHECKPOINT"]))
     if os.environ.get("FAULT_KILL_BEFORE_ADAPTER"): killed_before_adapter()
     from consistency_amp.training.train import main
     main(sys.argv[1:])

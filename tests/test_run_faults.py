@@ -327,6 +327,19 @@ def test_a_full_disk_names_the_file_keeps_what_was_written_and_resumes_exactly(r
     assert_resumes_exactly(runs, "disk_full", uninterrupted)
 
 
+def test_a_full_disk_in_a_checkpoint_says_so_and_resumes_from_the_one_before(runs, uninterrupted):
+    "torch.save fails mid-file (optimizer.pt of checkpoint-4): one line that says it is a write, not torch's enforce message."
+    code, _, err = finish(start(runs, "disk_full_checkpoint", FAULT_DISK_FULL_IN_CHECKPOINT=4))
+    run = runs / "disk_full_checkpoint"
+    assert code == 1 and "Traceback" not in err, err[-3000:]
+    assert f"could not write a file under {run}: torch could not write it" in err and "MiB free there" in err, err[-3000:]
+    assert "make room and continue with the same command and --resume" in err
+    cut = run / "checkpoints" / "checkpoint-4"                  # optimizer.pt part written, trainer_state.json never
+    assert (cut / "optimizer.pt").is_file() and not (cut / "trainer_state.json").exists()
+    assert read_json(run / "status.json")["state"] == "failed" and read_run(run).resume_step == 2   # the cut-off one skipped
+    assert_resumes_exactly(runs, "disk_full_checkpoint", uninterrupted)
+
+
 LAUNCHER = """
 import sys, consistency_amp.science.experiment as E
 out = sys.argv[1]

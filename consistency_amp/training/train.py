@@ -21,7 +21,7 @@ from ..reward.ssl import SSL_TASKS
 from ..core import console_logging
 from .run_callback import stop_signal_of
 from .train_params import TrainParams, as_params, load_kwargs, report_integrations   # (train.TrainParams stays importable)
-from .train_cli import WRITE_ERRNOS, end_process_group, parse_args, stopped_message, typed_trl_values
+from .train_cli import end_process_group, parse_args, stopped_message, typed_trl_values, write_failure
 
 _logger = logging.getLogger(__name__)
 
@@ -236,11 +236,9 @@ def main(argv: list[str] | None = None) -> Path:
         if rank0: print(stopped_message(params, "SIGINT (twice: at once)", argv), file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     except FileExistsError as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")   # under torchrun: a live run
-    except OSError as e:                          # a full disk, a quota, a read-only mount: say which file, keep the rest
-        if e.errno not in WRITE_ERRNOS: raise
-        sys.exit(f"python -m consistency_amp.training.train: error: could not write {e.filename or 'a file'}: {e.strerror}. "
-                 "Every file written before is intact (each is written under a temporary name, then renamed); make "
-                 "room and continue with the same command and --resume")
+    except Exception as e:                        # a full disk, a quota, a read-only mount: say which file, keep the rest
+        if (failure := write_failure(e, run_dir)) is None: raise
+        sys.exit(f"python -m consistency_amp.training.train: error: {failure}")
     if trainer is None:                            # --resume of a complete run: nothing was trained (train_run said so)
         end_process_group()
         if rank0: print(f"run folder: {run_dir}")

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import shlex
+import shutil
 import sys
 from dataclasses import fields
 
@@ -19,7 +21,7 @@ from .train_params import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REW
 
 # %% auto #0
 __all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'typed_trl_values', 'recipe', 'parse_args',
-           'resume_argv', 'stopped_message', 'end_process_group']
+           'resume_argv', 'stopped_message', 'write_failure', 'end_process_group']
 
 # %% ../../nbs/37_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -148,7 +150,6 @@ def parse_args(argv: list[str] | None = None) -> TrainParams:
     return as_params(args)
 
 # %% ../../nbs/37_train_cli.ipynb #27895f49
-WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # the disk is full, over quota, or read-only
 _VALUES = TRUE_WORDS + FALSE_WORDS   # the values a flag may be given
 
 def resume_argv(argv: list[str]) -> list[str]:
@@ -169,6 +170,25 @@ def stopped_message(params: TrainParams, why: str, argv: list[str] | None = None
     where = f"at step {step} with a checkpoint" if step is not None else "at once; it resumes from its newest checkpoint"
     return (f"run {params.name} stopped by {why} {where} (state: interrupted). Resume it with: python -m "
             f"consistency_amp.training.train {shlex.join(resume_argv(argv))}   (under torchrun: the same launch with --resume)")
+
+# %% ../../nbs/37_train_cli.ipynb #6ab67663
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)   # full, over quota, read-only, no permission
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")        # how Rust's io::Error (safetensors) ends its message
+_TORCH_WRITER = ("inline_container.cc", "PytorchStreamWriter")   # torch.save's zip writer failed mid-file
+
+def write_failure(error: BaseException, folder) -> str | None:
+    "One line for `error` if it is a failed write under `folder` (which file, why, what to do), else None."
+    text, code, path = str(error), getattr(error, "errno", None), getattr(error, "filename", None)
+    if isinstance(error, OSError) and code in WRITE_ERRNOS: why = error.strerror
+    elif (m := _RUST_OS_ERROR.search(text)) and int(m[1]) in WRITE_ERRNOS: code = int(m[1]); why = os.strerror(code)
+    elif isinstance(error, RuntimeError) and any(s in text for s in _TORCH_WRITER):
+        why = f"torch could not write it ({text.strip()[:120]}); {shutil.disk_usage(folder).free / 2**20:.0f} MiB free there"
+    else: return None
+    todo = "make room" if code in _NO_ROOM or code is None else f"make {folder} writable"
+    return (f"could not write {path or f'a file under {folder}'}: {why}. Every file written before is intact (each is "
+            "written under a temporary name, then renamed; a checkpoint cut off mid-write is skipped); "
+            f"{todo} and continue with the same command and --resume")
 
 # %% ../../nbs/37_train_cli.ipynb #cd1d8545
 def end_process_group() -> bool:
