@@ -52,7 +52,8 @@ class Transform:
                 raise ValueError(f"Transform.crop must satisfy 0 <= x0 < x1 and 0 <= y0 < y1, got {self.crop!r}")
             object.__setattr__(self, "crop", (x0, y0, x1, y1))
         if self.jitter is not None:
-            factors = tuple(float(f) for f in self.jitter)
+            try: factors = tuple(float(f) for f in self.jitter)
+            except (TypeError, ValueError): factors = ()      # one number (a strength, not factors) or text: named below
             if len(factors) != 3 or not all(math.isfinite(f) and f > 0 for f in factors):
                 raise ValueError(f"Transform.jitter must be 3 positive factors (brightness, contrast, saturation), got {self.jitter!r}")
             object.__setattr__(self, "jitter", factors)
