@@ -111,7 +111,7 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
         if not record.complete:
             lacking = [m for m in record.missing if not m.startswith(f"{EVAL_DIR}/")]   # results are what this adds
             newest = (f"; or evaluate its newest checkpoint's adapter: --model {shlex.quote(str(record.params.get('model')))} "
-                      f"--adapter {shlex.quote(os.fspath(record.checkpoints[-1]))}") if record.checkpoints else ""
+                      f"--adapter {shlex.quote(os.fspath(record.resume_from))}") if record.resume_from else ""
             raise ValueError(f"run {record.name!r} has no adapter to evaluate (state {record.state!r}; missing {lacking}): "
                              f"only a finished training run has one: finish it (its training command again with --resume){newest}")
         adapter = record.adapter

@@ -100,7 +100,8 @@ def _training_detail(record: RunRecord) -> str:
     parts = [f"state {record.state!r} at step {step}/{status.get('max_steps')}"]
     if status.get("error"): parts.append(f"error: {str(status['error'])[:200]}")
     if status.get("stopped_by"): parts.append(f"stopped by {status['stopped_by']}")
-    if record.checkpoints: parts.append(f"resumes from {record.checkpoints[-1].name}")
+    if record.resume_from: parts.append(f"resumes from {record.resume_from.name}")   # as --resume picks it, damaged ones skipped
+    parts += record.skipped_checkpoints
     if record.missing: parts.append("missing " + ", ".join(m for m in record.missing if not m.startswith("eval")))
     if record.problems: parts.append("; ".join(record.problems))
     return "; ".join(p for p in parts if p and p != "missing ")

@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .run_lock import run_is_live
 from .runs import (ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, checkpoint_step, checkpoints, EVAL_DIR,
-                                           PARAMS_FILE, read_json, read_jsonl, RUN_STATES, runs_dir, STATUS_FILE,
-                                           TRAIN_LOG_FILE)
+                                           last_checkpoint, PARAMS_FILE, read_json, read_jsonl, RUN_STATES, runs_dir,
+                                           STATUS_FILE, TRAIN_LOG_FILE)
 from .run_callback import REQUIRED_LOG_FIELDS   # light: transformers is imported on use
 
 # %% auto #0
@@ -29,6 +30,8 @@ class RunRecord:
     evals: dict[str, dict] = field(default_factory=dict)
     adapter: Path | None = None             # the adapter folder, if it holds adapter_model.safetensors
     checkpoints: list[Path] = field(default_factory=list)
+    resume_from: Path | None = None         # the checkpoint --resume continues from (runs.last_checkpoint: the newest undamaged)
+    skipped_checkpoints: list[str] = field(default_factory=list)   # why each newer one is skipped (damaged)
     missing: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -47,8 +50,8 @@ class RunRecord:
 
     @property
     def resume_step(self) -> int:
-        "The step a resume continues from: the newest checkpoint's (0 without one)."
-        return checkpoint_step(self.checkpoints[-1]) if self.checkpoints else 0
+        "The step a resume continues from: the newest undamaged checkpoint's, as `--resume` picks it (0 without one)."
+        return checkpoint_step(self.resume_from) if self.resume_from else 0
     @property
     def last_step(self) -> int: return self.train_log[-1]["step"] if self.train_log else 0
 
@@ -111,6 +114,10 @@ def read_run(path: str | os.PathLike) -> RunRecord:
             if not (adapter / f).is_file(): record.missing.append(f"{ADAPTER_DIR}/{f}")
         record.adapter = adapter if (adapter / ADAPTER_WEIGHTS).is_file() else None
         record.checkpoints = checkpoints(path)
+        with warnings.catch_warnings(record=True) as skipped:   # what --resume would skip, kept in the record, not printed
+            warnings.simplefilter("always")
+            record.resume_from = last_checkpoint(path)
+        record.skipped_checkpoints = [str(w.message) for w in skipped]
         record.live = run_is_live(path)
         if record.state == "complete" and record.adapter is None:
             record.problems.append(f"{STATUS_FILE} says complete but {ADAPTER_DIR}/{ADAPTER_WEIGHTS} is missing")
