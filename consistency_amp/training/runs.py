@@ -366,15 +366,17 @@ LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None}   # tr
 RECORDED_ON_RESUME = ("trainer_args", "gradient_checkpointing", "save_steps", "keep_checkpoints")
 
 def _resume_run(path: Path, params: dict) -> Path:
+    held = checkpoints(path)                                 # what overwrite=True would delete: said before it is suggested
+    kept = (f"; it holds {len(held)} checkpoint{'s' * (len(held) > 1)} (newest {held[-1].name}), which overwrite=True "
+            f"would delete: restore {PARAMS_FILE} (from a backup or a copy of the run folder) to resume them") if held else ""
     if not (path / PARAMS_FILE).is_file():
-        raise ValueError(f"cannot resume {path}: it has no {PARAMS_FILE} (not a run folder?); use overwrite=True "
-                         "to replace it")
+        raise ValueError(f"cannot resume {path}: it has no {PARAMS_FILE} (not a run folder?){kept or '; use overwrite=True to replace it'}")
     try:
         stored = read_json(path / PARAMS_FILE)
         if not isinstance(stored, dict): raise ValueError(f"{path / PARAMS_FILE}: not a JSON object")
     except (OSError, ValueError) as e:
-        raise ValueError(f"cannot resume {path}: {e}. Restore {PARAMS_FILE}, or start the run again with overwrite=True "
-                         "(CLI: --overwrite)") from None
+        raise ValueError(f"cannot resume {path}: {e}{kept}. Restore {PARAMS_FILE}, or start the run again with "
+                         "overwrite=True (CLI: --overwrite)") from None
     if detail := params_diff(stored, params):
         raise ValueError(f"cannot resume {path} with different parameters ({detail}). Resume with the stored "
                          f"parameters, or use another run name, or overwrite=True")
