@@ -1648,6 +1648,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                     'consistency_amp/world/omni3d_writer.py'),
                                                      'consistency_amp.world.omni3d_writer._num': ( 'omni3d_writer.html#_num',
                                                                                                    'consistency_amp/world/omni3d_writer.py'),
+                                                     'consistency_amp.world.omni3d_writer._unlabelled_record': ( 'omni3d_writer.html#_unlabelled_record',
+                                                                                                                 'consistency_amp/world/omni3d_writer.py'),
                                                      'consistency_amp.world.omni3d_writer.write_omni3d': ( 'omni3d_writer.html#write_omni3d',
                                                                                                            'consistency_amp/world/omni3d_writer.py')},
             'consistency_amp.world.prompts': { 'consistency_amp.world.prompts.Prompt': ( 'prompts.html#prompt',

@@ -35,7 +35,8 @@ def _category_ids(scenes) -> dict[str, int]:
             ids[o.category] = o.category_id
     if len(set(ids.values())) < len(ids): raise ValueError(f"write_omni3d: one category_id is used by two names: {ids}")
     nxt = max(ids.values(), default=0) + 1
-    for name in sorted({o.category for s in scenes for o in s.objects} - set(ids)): ids[name], nxt = nxt, nxt + 1
+    named = {o.category for s in scenes for o in s.objects} | {n for s in scenes for n in s.unlabelled_categories}
+    for name in sorted(named - set(ids)): ids[name], nxt = nxt, nxt + 1
     return ids
 
 # %% ../../nbs/11_omni3d_writer.ipynb #f2552c9a
@@ -53,10 +54,18 @@ def _image_record(s: Scene) -> dict:
     return {"id": int(s.image_id), "dataset_id": int(s.dataset_id), "width": int(s.width), "height": int(s.height),
             "file_path": s.file_path, "K": _list(s.K), "src_90_rotate": int(s.src_90_rotate), "src_flagged": bool(s.src_flagged)}
 
+# %% ../../nbs/11_omni3d_writer.ipynb #13ca77c1
+def _unlabelled_record(ann_id: int, s: Scene, name: str, category_id: int) -> dict:
+    "A valid3D=false annotation of class `name` in scene `s`: the loader drops it but marks the class uncountable there."
+    return {"id": ann_id, "image_id": int(s.image_id), "dataset_id": int(s.dataset_id), "category_id": int(category_id),
+            "category_name": name, "valid3D": False} | {k: _list(None) for k in (
+            "bbox2D_tight", "bbox2D_proj", "bbox2D_trunc", "bbox3D_cam", "center_cam", "dimensions", "R_cam")} | {
+            "behind_camera": False} | {k: -1 for k in ("visibility", "truncation", "segmentation_pts", "lidar_pts", "depth_error")}
+
 # %% ../../nbs/11_omni3d_writer.ipynb #d5b025cd
 def write_omni3d(scenes, json_path, info: dict | None = None, categories: list[dict] | None = None,
                  indent: int | None = None) -> Path:
-    "Write `scenes` to `json_path` in Omni3D's schema; `info` defaults to the scenes' common source and split."
+    "Write `scenes` to `json_path` in Omni3D's schema (a scene's `unlabelled_categories` as valid3D=false annotations); `info` defaults to the scenes' common source and split."
     scenes, json_path = list(scenes), Path(json_path)
     if info is None:
         pairs = {(s.source, s.split) for s in scenes}
@@ -70,6 +79,7 @@ def write_omni3d(scenes, json_path, info: dict | None = None, categories: list[d
         categories = [{"id": i, "name": n, "supercategory": ""} for n, i in sorted(cat_ids.items(), key=lambda kv: kv[1])]
     known = {c["id"] for c in categories}
     images, annotations, seen_images, seen_objects = [], [], set(), set()
+    spare_id = max((int(o.id) for s in scenes for o in s.objects), default=0) + 1   # ids of the unlabelled marks
     for s in scenes:
         if s.image_id in seen_images: raise ValueError(f"write_omni3d: duplicate image id {s.image_id}")
         seen_images.add(s.image_id)
@@ -82,6 +92,10 @@ def write_omni3d(scenes, json_path, info: dict | None = None, categories: list[d
             annotations.append(rec := _annotation_record(o, s, cat_ids[o.category]))
             try: _parse_annotation(rec, {i: "" for i in known})
             except _FieldError as e: raise ValueError(f"write_omni3d: object id={o.id} in image_id={s.image_id}: {e}") from None
+        for name in s.unlabelled_categories:         # so that the loaded scene again knows the class is not countable
+            if cat_ids[name] not in known:
+                raise ValueError(f"write_omni3d: unlabelled category {name!r} of image_id={s.image_id} is not in categories")
+            annotations.append(_unlabelled_record(spare_id, s, name, cat_ids[name])); spare_id += 1
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps({"info": info, "images": images, "categories": categories,
                                      "annotations": annotations}, indent=indent))
