@@ -198,7 +198,8 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         raise
     except BaseException as e:
         try:
-            if main and run_dir.exists(): write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}"[:2000])
+            said = write_failure(e, run_dir) if isinstance(e, Exception) else None   # a failed write: its one line
+            if main and run_dir.exists(): write_status(run_dir, "failed", error=(said or f"{type(e).__name__}: {e}")[:2000])
         except OSError: pass                      # the disk that failed the run may fail this too: the first error counts
         raise
     finally:
