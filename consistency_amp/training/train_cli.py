@@ -13,6 +13,7 @@ import shlex
 import shutil
 import sys
 from dataclasses import fields
+from pathlib import Path
 
 from ..core import FALSE_WORDS, PAIRINGS, TRUE_WORDS, accept_both_spellings
 from .runs import resolve_path
@@ -174,16 +175,20 @@ def stopped_message(params: TrainParams, why: str, argv: list[str] | None = None
 # %% ../../nbs/37_train_cli.ipynb #6ab67663
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)   # full, over quota, read-only, no permission
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+_ALSO_READS = (errno.EACCES, errno.EPERM)   # a read can fail so too (a model, the data): a write only under `folder`
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")        # how Rust's io::Error (safetensors) ends its message
 _TORCH_WRITER = ("inline_container.cc", "PytorchStreamWriter")   # torch.save's zip writer failed mid-file
 
 def write_failure(error: BaseException, folder) -> str | None:
     "One line for `error` if it is a failed write under `folder` (which file, why, what to do), else None."
     text, code, path = str(error), getattr(error, "errno", None), getattr(error, "filename", None)
-    if isinstance(error, OSError) and code in WRITE_ERRNOS: why = error.strerror
+    inside = path is not None and Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
+    if isinstance(error, OSError) and code in WRITE_ERRNOS and (inside or code not in _ALSO_READS): why = error.strerror
     elif (m := _RUST_OS_ERROR.search(text)) and int(m[1]) in WRITE_ERRNOS: code = int(m[1]); why = os.strerror(code)
     elif isinstance(error, RuntimeError) and any(s in text for s in _TORCH_WRITER):
-        why = f"torch could not write it ({text.strip()[:120]}); {shutil.disk_usage(folder).free / 2**20:.0f} MiB free there"
+        try: free = f"{shutil.disk_usage(folder).free / 2**20:.0f} MiB free there"
+        except OSError as e: free = f"the free space is unknown ({e.strerror})"
+        why = f"torch could not write it ({text.strip()[:120]}); {free}"
     else: return None
     todo = "make room" if code in _NO_ROOM or code is None else f"make {folder} writable"
     return (f"could not write {path or f'a file under {folder}'}: {why}. Every file written before is intact (each is "
