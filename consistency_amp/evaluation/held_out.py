@@ -128,7 +128,11 @@ def process_group() -> tuple[int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1: return 0, 1
     import torch, torch.distributed as dist
-    if not dist.is_initialized(): dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    from consistency_amp.training.models import resolve_device
+    if not dist.is_initialized():
+        # NCCL's object collectives (the gather, the broadcast) run on the current GPU: this process's, not every rank's cuda:0
+        if torch.cuda.is_available(): torch.cuda.set_device(resolve_device())
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return dist.get_rank(), dist.get_world_size()
 
 def _gather(items: list) -> list:
