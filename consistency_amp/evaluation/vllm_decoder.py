@@ -14,7 +14,7 @@ from ..core import check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS
 
 # %% auto #0
-__all__ = ['VLLM_EXTRA', 'ENGINE_MEDIA', 'require_vllm', 'VLLMDecoder']
+__all__ = ['VLLM_EXTRA', 'ENGINE_MEDIA', 'require_vllm', 'vllm_lora_ranks', 'engine_lora_rank', 'VLLMDecoder']
 
 # %% ../../nbs/47_vllm_decoder.ipynb #6380ab2b
 VLLM_EXTRA = 'pip install "consistency_amp[vllm]"'   # pyproject.toml's optional dependency for GPU machines
@@ -26,6 +26,22 @@ def require_vllm():
         raise ImportError(f"the vLLM backend needs vLLM, a GPU package that is not installed here ({e}); on a GPU "
                           f"machine: {VLLM_EXTRA}, or use backend='transformers'") from None
     return vllm
+
+# %% ../../nbs/47_vllm_decoder.ipynb #ab7bac66
+def vllm_lora_ranks() -> tuple[int, ...]:
+    "The `max_lora_rank` values the installed vLLM accepts (`vllm.config.lora.MaxLoRARanks`); () where it does not list them."
+    import typing
+    try: from vllm.config.lora import MaxLoRARanks
+    except (ImportError, AttributeError): return ()
+    return tuple(typing.get_args(MaxLoRARanks))
+
+def engine_lora_rank(rank: int, allowed: Sequence[int] = ()) -> int:
+    "The engine's `max_lora_rank` for an adapter of rank `rank`: the smallest of vLLM's `allowed` ranks that holds it (`rank` where none are listed)."
+    if not allowed: return rank
+    if not (fits := [a for a in sorted(allowed) if a >= rank]):
+        raise ValueError(f"the adapter's rank r={rank} is above vLLM's largest max_lora_rank, {max(allowed)}: evaluate it "
+                         f"with backend='transformers'")
+    return fits[0]
 
 # %% ../../nbs/47_vllm_decoder.ipynb #02ca027f
 # what one request may carry: its one image and no video. vLLM sizes its encoder cache by profiling each allowed
@@ -41,7 +57,7 @@ class VLLMDecoder:
         path = resolve_model_path(model)
         self.processor = processor if processor is not None else load_processor(path)
         rank = json.loads((Path(adapter) / "adapter_config.json").read_text())["r"] if adapter is not None else None
-        lora = dict(enable_lora=True, max_lora_rank=rank, max_loras=1) if adapter is not None else {}
+        lora = dict(enable_lora=True, max_lora_rank=engine_lora_rank(rank, vllm_lora_ranks()), max_loras=1) if adapter is not None else {}
         self.llm = vllm.LLM(model=os.fspath(path), limit_mm_per_prompt=dict(ENGINE_MEDIA), **lora | engine_kwargs)
         self.sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_new_tokens)   # greedy, as GreedyDecoder
         if adapter is None: self.lora_request = None
