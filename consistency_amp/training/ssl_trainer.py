@@ -24,8 +24,15 @@ def ssl_dataset(examples):
 # %% ../../nbs/29_ssl_trainer.ipynb #43977256
 def ssl_config(settings: dict, pairs_per_device: int):
     "A `GRPOConfig` from `settings` whose step holds as many prompts as a paired run's: per_device_train_batch_size = 2 * pairs_per_device * K."
+    import warnings
     from trl import GRPOConfig
+    from consistency_amp.training.generation import GenerationSettings
     known = {f.name for f in fields(GRPOConfig)}
+    # the paper recipes set merge_lora_for_generation for the paired trainer's sampling; TRL's own has no such setting
+    if around := sorted(set(settings) & {f.name for f in fields(GenerationSettings)} - known):
+        warnings.warn(f"{around}: settings of the paired trainer's generation, left out: a pretext run samples with TRL's "
+                      "GRPOTrainer, which has none (it samples through the LoRA layers as they are: slower)")
+        settings = {k: v for k, v in settings.items() if k not in around}
     if unknown := sorted(set(settings) - known):
         raise ValueError(f"{unknown} are not GRPOConfig fields (a pretext run has no pairs: consistency_amp's paired "
                          "OTGRPOConfig fields do not apply)")
