@@ -33,10 +33,10 @@ def save_random_model(arch: str, out, device: str = "cpu", initializer_range: fl
     return out
 
 
-def save_random_adapter(model_folder, out, seed: int = 0, device: str = "cpu", std: float = 0.02) -> Path:
-    "Put the project's LoRA (`training.models.load_model`: r = 32 on the language model) on the model in `model_folder`, move `lora_B` off zero by seeded noise of `std` (so the adapter changes the answers), and save it as a run saves its adapter; the folder."
+def save_random_adapter(model_folder, out, seed: int = 0, device: str = "cpu", std: float = 0.02, rank: int | None = None) -> Path:
+    "Put the project's LoRA (`training.models.load_model`: r = 32 on the language model, or `rank` with alpha = 2 x rank) on the model in `model_folder`, move `lora_B` off zero by seeded noise of `std` (so the adapter changes the answers), and save it as a run saves its adapter; the folder."
     from consistency_amp.training.models import load_model
-    model, _ = load_model(model_folder, device=device)
+    model, _ = load_model(model_folder, device=device, **(dict(lora_r=rank, lora_alpha=2 * rank) if rank else {}))
     noise = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

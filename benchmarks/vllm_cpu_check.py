@@ -20,7 +20,8 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
   decoded greedily through vLLM and through transformers' `generate` gives the same completion tokens, row for row
   (x and x', each with its own image).
 * evaluation: `VLLMDecoder` (what `--backend vllm` runs) and `GreedyDecoder` (`--backend transformers`) give the same
-  greedy answers to the same prompt rows, without an adapter and with a LoRA adapter served as a `LoRARequest`.
+  greedy answers to the same prompt rows, without an adapter and with a LoRA adapter served as a `LoRARequest` (of
+  rank 24, which vLLM lists no engine rank for: the engine is started at 32, `engine_lora_rank`).
 * entry, entry-evaluation: the user's commands. `python -m consistency_amp.training.train --config
   configs/train/paper_vllm.yaml`, shrunk to the CPU (2 pairs x K = 4, 16 tokens, no sleep mode), trains and saves a
   run; `python -m consistency_amp.evaluation.evaluate --run ... --backend vllm` evaluates it (its adapter as a
@@ -310,7 +311,8 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="vllm_cpu_check-") as tmp:
         folder = save_random_model(ARCH, Path(tmp) / "model", initializer_range=args.initializer_range)
-        save_random_adapter(folder, Path(f"{folder}-lora"), std=0.3)
+        # rank 24, a rank vLLM does not list (engine_lora_rank starts its engine at 32): the check serves both at once
+        save_random_adapter(folder, Path(f"{folder}-lora"), std=0.3, rank=24)
         for part in PARTS:
             start = time.perf_counter()
             done = subprocess.run([sys.executable, __file__, "--part", part, "--folder", str(folder),
