@@ -257,6 +257,9 @@ def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: 
         return model_or_name
     if backend == "vllm":
         if not isinstance(model_or_name, (str, os.PathLike)): raise ValueError("backend='vllm' loads the model itself: give its name or folder")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # each process's engine would take GPU 0 (vLLM picks its own device)
+            raise ValueError("backend='vllm' runs in one process (vLLM batches the whole evaluation on its GPU itself): "
+                             "launch it with python, not torchrun or accelerate launch")
         from consistency_amp.evaluation.vllm_decoder import VLLMDecoder   # (imported late: vLLM is an optional GPU extra)
         return VLLMDecoder(model_or_name, adapter=adapter, max_new_tokens=max_new_tokens)
     if isinstance(model_or_name, (str, os.PathLike)):
