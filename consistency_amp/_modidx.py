@@ -1362,6 +1362,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                  'consistency_amp/training/train.py'),
                                                 'consistency_amp.training.train.start_run': ( 'train_entry.html#start_run',
                                                                                               'consistency_amp/training/train.py'),
+                                                'consistency_amp.training.train.stored_params': ( 'train_entry.html#stored_params',
+                                                                                                  'consistency_amp/training/train.py'),
                                                 'consistency_amp.training.train.train_examples': ( 'train_entry.html#train_examples',
                                                                                                    'consistency_amp/training/train.py'),
                                                 'consistency_amp.training.train.train_run': ( 'train_entry.html#train_run',

@@ -76,9 +76,21 @@ def test_cli_names_a_new_run_for_other_parameters_under_the_same_name(two_proces
     proc = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", *FLAGS, "--lora_r", "8", "--runs_dir", str(runs)],
                           env=environment(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert "since its parameters differ (model_args: stored None, given {'lora_r': 8})" in proc.stderr, proc.stderr[-2000:]
+    assert ("since its parameters differ (model_args: stored None, given {'lora_r': 8}; num_processes: stored 2, given 1)"
+            in proc.stderr), proc.stderr[-2000:]
     assert "--run_name" in proc.stderr and "--resume" not in proc.stderr, proc.stderr[-2000:]
     assert read_run(runs / NAME).complete                              # untouched
+
+
+def test_a_resume_on_another_number_of_processes_is_refused(two_process_run):
+    "The global batch is 2 x pairs_per_device x K x processes: the 2-process run resumed by one process would change it."
+    runs, _ = two_process_run
+    before = (runs / NAME / "params.json").read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", *FLAGS, "--runs_dir", str(runs), "--resume"],
+                          env=environment(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "cannot resume" in proc.stderr and "with different parameters (num_processes: stored 2, given 1)" in proc.stderr, proc.stderr[-2000:]
+    assert (runs / NAME / "params.json").read_bytes() == before and read_run(runs / NAME).complete   # untouched
 
 
 def under_torchrun(args):

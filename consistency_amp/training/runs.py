@@ -361,7 +361,7 @@ def _new_run(path: Path, params: dict, locked: bool, overwrite: bool) -> Path:
     return path
 
 # %% ../../nbs/31_runs.ipynb #1e714b1e
-LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None}   # training parameters added after runs were first written: absent means this value
+LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None, "num_processes": 1}   # training parameters added after runs were first written: absent means this value
 # operational settings that change how the rest of a run trains (a resume may change them): params.json keeps what is in force
 RECORDED_ON_RESUME = ("trainer_args", "gradient_checkpointing", "save_steps", "keep_checkpoints")
 

@@ -26,17 +26,24 @@ from .train_cli import end_process_group, parse_args, stopped_message, typed_trl
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['world_size', 'start_run', 'train_examples', 'trainer_config', 'load_for_training', 'checked_before_run',
-           'cpu_threads', 'finished_checkpoint', 'train_run', 'prepare_run', 'run_training', 'main', 'cli']
+__all__ = ['world_size', 'stored_params', 'start_run', 'train_examples', 'trainer_config', 'load_for_training',
+           'checked_before_run', 'cpu_threads', 'finished_checkpoint', 'train_run', 'prepare_run', 'run_training',
+           'main', 'cli']
 
 # %% ../../nbs/43_train_entry.ipynb #c5893031
 def world_size() -> int: return int(os.environ.get("WORLD_SIZE", "1"))
 
 # %% ../../nbs/43_train_entry.ipynb #6bd46755
-def start_run(params: TrainParams) -> Path:
-    "Create (or, with `resume`, continue; with `overwrite`, replace) the folder of the run: `runs.create_run`; `params.json` records `model_args` and `trainer_args` as TRL types them (the loader's and the trainer's values)."
+def stored_params(params: TrainParams) -> dict:
+    "What `params.json` records: `params.record()`, `model_args` and `trainer_args` as TRL types them (the loader's and the trainer's values), and the number of training processes."
     typed = {k: typed_trl_values(v, k) for k in ("model_args", "trainer_args") if (v := getattr(params, k))}
-    return create_run(params.name, params.record() | typed, overwrite=params.overwrite, resume=params.resume, runs=params.runs_dir)
+    # a step's global batch is 2 x pairs_per_device x K x num_processes completions: a resume on another number of
+    # processes would change the experiment mid-run, so it is a parameter like the others (refused by create_run)
+    return params.record() | typed | {"num_processes": world_size()}
+
+def start_run(params: TrainParams) -> Path:
+    "Create (or, with `resume`, continue; with `overwrite`, replace) the folder of the run with `stored_params`: `runs.create_run`."
+    return create_run(params.name, stored_params(params), overwrite=params.overwrite, resume=params.resume, runs=params.runs_dir)
 
 
 # %% ../../nbs/43_train_entry.ipynb #85d333c0
@@ -210,7 +217,7 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
 def prepare_run(params: TrainParams) -> tuple:
     "(run folder, trainer config, training examples): `check_startable`, `checked_before_run`, `train_examples`, then `start_run`; under torchrun every process checks alike and the run folder is None (`train_run`'s main process makes it)."
     planned = run_path(params.name, params.runs_dir)
-    check_startable(planned, params.resume, params.overwrite, params.record())   # an existing or live run: refused at once, alike in every process
+    check_startable(planned, params.resume, params.overwrite, stored_params(params))   # an existing or live run: refused at once, alike in every process
     config = checked_before_run(params, planned)               # the same settings: refused by every process alike
     examples = train_examples(params)                          # a damaged data file: named before the run folder exists
     return (start_run(params) if world_size() == 1 else None), config, examples
