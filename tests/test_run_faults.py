@@ -351,21 +351,42 @@ E._job_command = lambda config, condition, seed, runs_dir: [sys.executable, "-c"
 config = E.ExperimentConfig(conditions=("accuracy",), seeds=(0, 1, 2))
 kept = E.experiment_dir(config, out) / "accuracy-seed0" / "checkpoints" / "checkpoint-3"   # an earlier launch's
 kept.mkdir(parents=True); (kept / "trainer_state.json").write_text("{}")
-E.launch(config, out, workers=1)
+E.launch(config, out, workers=int(sys.argv[2]))
 """
 
 
-def test_the_experiment_launcher_stops_its_jobs_and_starts_no_more_on_sigterm(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], env=environment(), text=True,
+FAILING_LAUNCHER = """
+import sys, consistency_amp.science.experiment as E
+E._job_command = lambda config, condition, seed, runs_dir: [sys.executable, "-c", "import sys; sys.exit(3 if %d == 1 else 0)" % seed]
+E.run_name_of = lambda condition, seed: f"{condition}-seed{seed}"
+E.launch(E.ExperimentConfig(conditions=("accuracy",), seeds=(0, 1, 2)), sys.argv[1], workers=2)
+"""
+
+
+def test_a_failed_experiment_job_is_named_in_one_line_and_the_others_finish(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", FAILING_LAUNCHER, str(tmp_path)], env=environment(), text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    said = proc.stdout + proc.stderr                  # each job's line (tqdm's write) and the closing one
+    assert "accuracy-seed1: FAILED" in said and said.count(": done in") == 2, said[-3000:]
+    assert "1 job(s) failed; see " in proc.stderr and "accuracy-seed1.log" in proc.stderr
+    assert "the same command runs the failed ones again" in proc.stderr
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_experiment_launcher_stops_its_jobs_and_starts_no_more_on_sigterm(tmp_path, workers):
+    "One worker: one job runs, two are queued. Three: all run and none is queued (they were not asked to stop until 2026-11-28)."
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path), str(workers)], env=environment(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while not [p for p in tmp_path.iterdir() if p.name.isdigit()] and time.monotonic() < deadline: time.sleep(0.1)
+    while len([p for p in tmp_path.iterdir() if p.name.isdigit()]) < workers and time.monotonic() < deadline: time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, timeout=120)
     assert code == 143, err[-3000:]
     assert "accuracy-seed0: resuming from checkpoint-3" in out + err      # on the console, not only in the job's log
     jobs = [p.read_text() for p in tmp_path.iterdir() if p.name.isdigit()]
-    assert jobs == ["stopped"]                        # the running job was asked to stop; the two queued never started
+    assert jobs == ["stopped"] * workers              # every running job was asked to stop; none queued was started
+    assert "FAILED" not in out + err                  # stopped by the signal, not failed
     assert "0/3 [" in err and "1/3 [" not in err      # the progress bar counts jobs done: the stopped one is not
     assert "stopped by SIGTERM; every interrupted run keeps its checkpoint: run the same command again" in err
     assert "Traceback" not in err

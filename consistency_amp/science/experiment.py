@@ -33,7 +33,8 @@ from .experiment_report import report
 
 
 # %% auto #0
-__all__ = ['train_params', 'run_job', 'launch', 'argument_parser', 'differs_from_the_readme', 'publish_report', 'main']
+__all__ = ['STOPPED_CODES', 'train_params', 'run_job', 'launch', 'argument_parser', 'differs_from_the_readme', 'publish_report',
+           'main']
 
 # %% ../../nbs/70_experiment.ipynb #5e7e3b96
 def train_params(config: ExperimentConfig, condition: str, seed: int, data_root, runs_dir):
@@ -94,8 +95,11 @@ def _job_command(config: ExperimentConfig, condition: str, seed: int, runs_dir) 
             *where, "--job", f"{condition}:{seed}"]
 
 # %% ../../nbs/70_experiment.ipynb #b9ccd14a
+# how a job stopped by a signal ends: 128 + the signal (the training command's own exit), or -signal (killed by it)
+STOPPED_CODES = {c for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) for c in (128 + s, -s)}
+
 def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tuple[str, int]]:
-    "Run the missing jobs, `workers` at a time (one thread each); the jobs run. Raises naming the log of a failed one. On SIGTERM, SIGINT or SIGUSR1 it starts no more jobs, asks the running ones to stop (each saves a checkpoint) and exits with 128 + the signal."
+    "Run the missing jobs, `workers` at a time (one thread each); the jobs run. Exits naming the logs of failed ones. On SIGTERM, SIGINT or SIGUSR1 it starts no more jobs, asks the running ones to stop (each saves a checkpoint) and exits with 128 + the signal; a second Ctrl-C stops them at once."
     from tqdm.auto import tqdm
     from consistency_amp.training.run_callback import StopRequest
     folder = experiment_dir(config, runs_dir); logs = folder / "logs"; logs.mkdir(parents=True, exist_ok=True)
@@ -104,30 +108,40 @@ def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tu
     # trained jobs first, the shorter evaluate-only ones (the base) last: they fill the core the last training leaves idle
     queue, running, failed = sorted(todo, key=lambda job: job[0] in EVALUATED_ONLY), {}, []
     env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    asked = False                                 # whether the running jobs were asked to stop (once)
     with StopRequest() as stop, tqdm(total=len(todo), desc=f"experiment-{config.digest}", unit="job") as bar:
-        while queue or running:
-            if stop.signum is not None and queue:   # no new job; the running ones are asked once (SIGTERM: a job that
-                queue.clear()                         # already got the terminal's Ctrl-C takes it as a no-op)
-                for proc, _, _ in running.values(): proc.send_signal(signal.SIGTERM)
-            while queue and len(running) < workers:
-                job = queue.pop(0); log = logs / f"{run_name_of(*job)}.log"
-                if (checkpoint := last_checkpoint(folder / run_name_of(*job))) is not None:   # said here, not only in its log
-                    bar.write(f"{run_name_of(*job)}: resuming from {checkpoint.name}")
-                with open(log, "a") as f:
-                    running[job] = (subprocess.Popen(_job_command(config, *job, runs_dir), stdout=f, stderr=subprocess.STDOUT, env=env), log, time.time())
-            for job, (proc, log, start) in list(running.items()):
-                if proc.poll() is None: continue
-                del running[job]
-                if proc.returncode == 0: bar.update(1)   # the bar counts jobs done, not stopped or failed ones
-                word = "done" if proc.returncode == 0 else "stopped" if stop.signum is not None else "FAILED"
-                bar.write(f"{run_name_of(*job)}: {word} in {time.time() - start:.0f} s (log {log})")
-                if proc.returncode and stop.signum is None: failed.append(log)
-            time.sleep(0.5)
+        try:
+            while queue or running:
+                if stop.signum is not None and not asked:   # no new job; the running ones are asked once, however many
+                    queue.clear(); asked = True             # are queued (SIGTERM: a job that already got the terminal's
+                    for proc, _, _ in running.values(): proc.send_signal(signal.SIGTERM)   # Ctrl-C takes it as a no-op)
+                while queue and len(running) < workers:
+                    job = queue.pop(0); log = logs / f"{run_name_of(*job)}.log"
+                    if (checkpoint := last_checkpoint(folder / run_name_of(*job))) is not None:   # said here, not only in its log
+                        bar.write(f"{run_name_of(*job)}: resuming from {checkpoint.name}")
+                    with open(log, "a") as f:
+                        running[job] = (subprocess.Popen(_job_command(config, *job, runs_dir), stdout=f, stderr=subprocess.STDOUT, env=env), log, time.time())
+                for job, (proc, log, start) in list(running.items()):
+                    if proc.poll() is None: continue
+                    del running[job]
+                    if proc.returncode == 0: bar.update(1)   # the bar counts jobs done, not stopped or failed ones
+                    stopped = stop.signum is not None and proc.returncode in STOPPED_CODES   # not a failure after a signal
+                    word = "done" if proc.returncode == 0 else "stopped" if stopped else "FAILED"
+                    bar.write(f"{run_name_of(*job)}: {word} in {time.time() - start:.0f} s (log {log})")
+                    if proc.returncode and not stopped: failed.append(log)
+                time.sleep(0.5)
+        except KeyboardInterrupt:                   # a second Ctrl-C: each running job is stopped at once too (its second)
+            for proc, _, _ in running.values(): proc.send_signal(signal.SIGINT)
+            for proc, _, _ in running.values(): proc.wait()
+            print(f"experiment-{config.digest}: stopped at once by a second Ctrl-C; each run keeps its newest checkpoint: "
+                  "run the same command again to resume", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGINT) from None
     if stop.signum is not None:
         print(f"experiment-{config.digest}: stopped by {signal.Signals(stop.signum).name}; every interrupted run keeps its "
               "checkpoint: run the same command again to resume", file=sys.stderr)
         raise SystemExit(128 + stop.signum)
-    if failed: raise RuntimeError(f"{len(failed)} experiment job(s) failed; see {', '.join(map(str, failed))}")
+    if failed: raise SystemExit(f"experiment-{config.digest}: {len(failed)} job(s) failed; see {', '.join(map(str, failed))}. "
+                                "The finished runs are kept: the same command runs the failed ones again")
     return todo
 
 # %% ../../nbs/70_experiment.ipynb #96917829
