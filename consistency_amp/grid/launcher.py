@@ -166,8 +166,11 @@ def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = Non
     m = manifest(scale, data_root=data_root, external_models=external_models, **overrides)
     runs = resolve_runs_dir(runs_dir)
     todo = missing_runs(scale, runs, figures=figures, manifest_=m)
-    blocked = [s for s in manifest_status(scale, runs, figures=figures, manifest_=m).drop_duplicates("run").itertuples()
-               if s.status in ("running", "eval_incomplete", "mismatch", "damaged", "needs_model")]
+    # every run that is not launched and not complete for some figure, said once (its row of the first such figure:
+    # a run complete for one figure may lack what another needs, and then neither launches nor finishes that figure)
+    st = manifest_status(scale, runs, figures=figures, manifest_=m)
+    held = st[~st.status.isin(LAUNCHABLE + ("complete",)) & ~st.run.isin([s["name"] for s in todo])]
+    blocked = list(held.drop_duplicates("run").itertuples())
     if scale == "paper" and mode == "run":
         print("# the paper scale needs 8 GPUs per run: printing the commands instead of running them", file=file)
         mode = "print"
@@ -234,7 +237,9 @@ def _launch_one(spec: dict, m: Manifest, runs: Path, file, stop) -> dict:
             _evaluate_here(spec, runs, folder)
         return dict(run=spec["name"], action=action, ok=True, seconds=round(time.perf_counter() - start, 1))
     except Exception as e:
-        with open(log, "a") as f: traceback.print_exc(file=f)
+        try:
+            with open(log, "a") as f: traceback.print_exc(file=f)
+        except OSError as full: log = f"{log} could not be written: {full.strerror}"   # a full disk fails the log too
         print(f"\nFAILED {spec['name']}: {type(e).__name__}: {e} (log: {log})", file=file)
         return dict(run=spec["name"], action=action, ok=False, seconds=round(time.perf_counter() - start, 1),
                     error=f"{type(e).__name__}: {e}"[:500], log=str(log))
@@ -260,8 +265,10 @@ def _launch(todo: list[dict], blocked: list, m: Manifest, runs: Path, progress: 
     except KeyboardInterrupt: stop.signum = signal.SIGINT   # the second Ctrl-C: at once; the run keeps its last checkpoint
     for s in blocked: print(_not_launched(s, m, runs), file=file)
     ok = sum(d["ok"] for d in done)
-    print(f"launched {len(done)} of {len(todo)} run(s): {ok} done, {sum(not d['ok'] and not d.get('stopped') for d in done)} "
-          f"failed, {sum(d['seconds'] for d in done):.0f} s", file=file)
+    failed = [d["run"] for d in done if not d["ok"] and not d.get("stopped")]
+    print(f"launched {len(done)} of {len(todo)} run(s): {ok} done, {len(failed)} failed, {sum(d['seconds'] for d in done):.0f} s",
+          file=file)
+    if failed: print(f"failed: {', '.join(failed)} (each one's log says why); the same command launches them again", file=file)
     if stop.signum:
         print(f"stopped by {signal.Signals(stop.signum).name}: {len(todo) - ok} run(s) left (an interrupted one keeps "
               "its last checkpoint); the same command resumes", file=file, flush=True)
