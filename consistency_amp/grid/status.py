@@ -128,6 +128,10 @@ def spec_status(spec: dict, records: dict[str, RunRecord], need: dict | None = N
     if spec["kind"] == "train" and record.state == "running":   # a live process holds its lock: not ours to launch
         return out | dict(status="running", detail=_training_detail(record) + "; being written by "
                           + describe_writer((record.status or {}).get("writer")))
+    if spec["kind"] == "train" and record.state == "complete" and record.adapter is None:   # --resume would train nothing
+        copy = f" (its newest checkpoint's adapter files: {record.resume_from})" if record.resume_from else ""
+        return out | dict(status="damaged", detail=f"status.json says complete but adapter/ lacks its weights: restore them"
+                          f"{copy}, or train it again with --overwrite")
     if spec["kind"] == "train" and not record.complete:
         return out | dict(status="incomplete", detail=_training_detail(record))
     if problems := _params_problems(record):
