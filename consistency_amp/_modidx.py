@@ -735,6 +735,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                          'consistency_amp/science/experiment.py'),
                                                     'consistency_amp.science.experiment._report_contents': ( 'experiment.html#_report_contents',
                                                                                                              'consistency_amp/science/experiment.py'),
+                                                    'consistency_amp.science.experiment._run_jobs': ( 'experiment.html#_run_jobs',
+                                                                                                      'consistency_amp/science/experiment.py'),
                                                     'consistency_amp.science.experiment.argument_parser': ( 'experiment.html#argument_parser',
                                                                                                             'consistency_amp/science/experiment.py'),
                                                     'consistency_amp.science.experiment.differs_from_the_readme': ( 'experiment.html#differs_from_the_readme',

@@ -350,9 +350,22 @@ job = ("import os, signal, sys, time, pathlib; pathlib.Path(sys.argv[1], str(os.
 E._job_command = lambda config, condition, seed, runs_dir: [sys.executable, "-c", job, out]
 config = E.ExperimentConfig(conditions=("accuracy",), seeds=(0, 1, 2))
 kept = E.experiment_dir(config, out) / "accuracy-seed0" / "checkpoints" / "checkpoint-3"   # an earlier launch's
-kept.mkdir(parents=True); (kept / "trainer_state.json").write_text("{}")
+kept.mkdir(parents=True, exist_ok=True); (kept / "trainer_state.json").write_text("{}")
 E.launch(config, out, workers=int(sys.argv[2]))
 """
+
+
+def test_a_second_experiment_launcher_is_refused_while_the_first_runs(tmp_path):
+    first = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path), "1"], env=environment(), text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not [p for p in tmp_path.iterdir() if p.name.isdigit()] and time.monotonic() < deadline: time.sleep(0.1)
+    second = subprocess.run([sys.executable, "-c", LAUNCHER, str(tmp_path), "3"], env=environment(), text=True,
+                            capture_output=True, timeout=120)
+    assert second.returncode != 0 and f"another launcher (pid {first.pid}) is working on" in second.stderr, second.stderr[-2000:]
+    assert len([p for p in tmp_path.iterdir() if p.name.isdigit()]) == 1          # it started no job
+    first.send_signal(signal.SIGTERM)
+    assert finish(first, timeout=120)[0] == 143
 
 
 FAILING_LAUNCHER = """

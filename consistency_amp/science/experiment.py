@@ -99,7 +99,11 @@ def _job_command(config: ExperimentConfig, condition: str, seed: int, runs_dir) 
 STOPPED_CODES = {c for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) for c in (128 + s, -s)}
 
 def launch(config: ExperimentConfig, runs_dir=None, workers: int = 2) -> list[tuple[str, int]]:
-    "Run the missing jobs, `workers` at a time (one thread each); the jobs run. Exits naming the logs of failed ones. On SIGTERM, SIGINT or SIGUSR1 it starts no more jobs, asks the running ones to stop (each saves a checkpoint) and exits with 128 + the signal; a second Ctrl-C stops them at once."
+    "Run the missing jobs, `workers` at a time (one thread each); the jobs run. Exits naming the logs of failed ones. On SIGTERM, SIGINT or SIGUSR1 it starts no more jobs, asks the running ones to stop (each saves a checkpoint) and exits with 128 + the signal; a second Ctrl-C stops them at once. A second launcher of the same experiment is refused (`grid.launcher.launcher_lock`)."
+    from consistency_amp.grid.launcher import launcher_lock
+    with launcher_lock(experiment_dir(config, runs_dir)): return _run_jobs(config, runs_dir, workers)
+
+def _run_jobs(config: ExperimentConfig, runs_dir, workers: int) -> list[tuple[str, int]]:
     from tqdm.auto import tqdm
     from consistency_amp.training.run_callback import StopRequest
     folder = experiment_dir(config, runs_dir); logs = folder / "logs"; logs.mkdir(parents=True, exist_ok=True)
@@ -230,7 +234,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
     start = time.time()
     print(f"experiment-{config.digest}: {len(missing_jobs(config, args.runs_dir))} of {len(jobs(config))} jobs to run "
           f"({experiment_dir(config, args.runs_dir)})", flush=True)
-    launch(config, args.runs_dir, args.workers)
+    try: launch(config, args.runs_dir, args.workers)
+    except RuntimeError as e: raise SystemExit(f"python -m consistency_amp.science.experiment: error: {e}") from None   # another launcher
     staged = experiment_dir(config, args.runs_dir) / "report"      # this configuration's own, replaced each time
     shutil.rmtree(staged, ignore_errors=True)
     report(config, args.runs_dir, staged)
