@@ -62,7 +62,10 @@ def param_differences(spec: dict, params: dict | None) -> list[str]:
 def _unreadable_eval(record: RunRecord, name: str) -> tuple[list[str], list[str]]:
     "([eval/`name`.json], []) when the file is absent; ([], [what is wrong, how to write it again]) when it is damaged (not launched: never overwritten silently)."
     path = record.path / EVAL_DIR / f"{name}.json"
-    if not path.is_file(): return [f"eval/{name}.json"], []
+    if not path.is_file():   # an evaluation under way, or stopped, keeps its answered groups beside it (run_evaluation)
+        kept = len(list(path.with_name(f".partial-{name}").glob("*.json")))
+        return [f"eval/{name}.json" + (f" (eval/.partial-{name}/ holds {kept} answered (task, source) group(s): an "
+                                       "evaluation is under way or was stopped; the same command goes on from them)" if kept else "")], []
     from consistency_amp.evaluation.run_evaluation import read_eval   # its message names the file and the command
     try: read_eval(path)
     except (ValueError, OSError) as e: return [], [str(e)]
