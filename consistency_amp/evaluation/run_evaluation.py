@@ -5,6 +5,7 @@
 # %% ../../nbs/51_run_evaluation.ipynb #29dff998
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,16 +20,17 @@ from .held_out import (DEFAULT_BATCH_SIZE, EVAL_SOURCES, _barrier, _check_adapte
                                                     answering_time, base_model_sizes, check_eval_params, evaluate,
                                                     process_group, results_table)
 from ..training.model_card import write_model_card
+from ..training.run_lock import RunLockedError, acquire_run_lock, holds_run_lock, release_run_lock, this_process
 from ..training.run_records import read_run
 from ..training.runs import (create_run, EVAL_DIR, model_tag, PARAMS_FILE, read_json, RUN_NAME_RE,
-                                           run_path, write_json, write_status)
+                                           run_path, STATUS_FILE, write_json, write_status)
 from ..training.train_params import model_size
 from ..world.tasks import TASKS
 
 
 # %% auto #0
-__all__ = ['default_eval_name', 'check_eval_name', 'eval_path', 'not_a_run', 'rerun_command', 'read_eval', 'evaluate_run',
-           'model_kind', 'model_run_name', 'evaluate_model']
+__all__ = ['EVALUATOR_FILE', 'default_eval_name', 'check_eval_name', 'eval_path', 'not_a_run', 'rerun_command', 'read_eval',
+           'evaluator_of', 'evaluating', 'evaluate_run', 'model_kind', 'model_run_name', 'evaluate_model']
 
 # %% ../../nbs/51_run_evaluation.ipynb #2a6037d7
 def default_eval_name(max_examples: int | None = None) -> str:
@@ -97,6 +99,33 @@ def read_eval(path) -> dict:
     else: return ev
     raise ValueError(f"{path}: {problem}; {_rerun_hint(path)}")
 
+# %% ../../nbs/51_run_evaluation.ipynb #e5f17484
+EVALUATOR_FILE = ".evaluator"   # in eval/: who evaluates the run now (JSON, not a results file: not *.json)
+
+def evaluator_of(run_dir) -> dict | None:
+    "The record (`run_lock.this_process()` and `eval_name`) of the process evaluating `run_dir`, or None."
+    try: value = read_json(Path(run_dir) / EVAL_DIR / EVALUATOR_FILE)
+    except (OSError, ValueError): return None
+    return value if isinstance(value, dict) else None
+
+@contextlib.contextmanager
+def evaluating(run_dir, eval_name: str):
+    "Hold the run's lock while the main process evaluates it, its record in eval/.evaluator; RunLockedError naming the holder if another process writes or evaluates the run."
+    path = Path(run_dir)
+    if process_group()[0] != 0: yield; return    # sharded: the main process speaks for all
+    held = holds_run_lock(path)                  # by this process already (a notebook that trained it)
+    status = read_json(path / STATUS_FILE) if (path / STATUS_FILE).is_file() else {}
+    holder = status.get("writer") if status.get("state") == "running" else evaluator_of(path)
+    try: acquire_run_lock(path, holder)
+    except RunLockedError: raise
+    except OSError: yield; return               # a folder this process cannot write: its results cannot be either
+    try:
+        write_json(path / EVAL_DIR / EVALUATOR_FILE, this_process() | dict(eval_name=eval_name), overwrite=True)
+        yield
+    finally:
+        (path / EVAL_DIR / EVALUATOR_FILE).unlink(missing_ok=True)
+        if not held: release_run_lock(path)
+
 # %% ../../nbs/51_run_evaluation.ipynb #1d0beaec
 def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite: bool = False, data_root=None,
                  tasks=TASKS, sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
@@ -119,21 +148,22 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     else: raise ValueError(f"run {record.name!r}: params.json has kind {record.kind!r}, not one of train, base, external")
     if data_root is None: data_root = record.params.get("data_root")   # the run's own data (None: the synthetic world)
     partial = path.with_name(f".partial-{path.stem}")   # each (task, source) answered, until the results file is written
-    try: results, records = evaluate(record.params["model"], adapter=adapter, data_root=data_root, device=device,
-                                     progress=progress, return_records=True, backend=backend, partial_dir=partial, **p)
-    except BaseException:                                # a kill, a preemption, a fault: say what is kept and how to go on
-        if process_group()[0] == 0 and (kept := sorted(p.stem for p in partial.glob("*.json"))):
-            print(f"evaluation {path.stem} of {record.name} stopped; the answers of {', '.join(kept)} are kept in {partial}: "
-                  "the same command goes on from them", file=sys.stderr, flush=True)
-        raise
-    results.update(run=record.name, eval_name=path.stem)
-    if examples: results["examples"] = records          # per-example completions, answers and scores
-    if process_group()[0] == 0:                            # sharded: every process has the results, the main one writes
-        write_json(path, results, overwrite=overwrite)
-        shutil.rmtree(partial, ignore_errors=True)
-        print(f"{record.name}, {path.stem}:\n{results_table(results['results'])}\n{answering_time(results)}", flush=True)
-        if record.kind != "train": write_status(record.path, "complete", 0)
-        else: write_model_card(record.path)              # the adapter's card lists every evaluation
+    with evaluating(record.path, path.stem):             # one evaluator at a time (a second is refused, naming it)
+        try: results, records = evaluate(record.params["model"], adapter=adapter, data_root=data_root, device=device,
+                                         progress=progress, return_records=True, backend=backend, partial_dir=partial, **p)
+        except BaseException:                            # a kill, a preemption, a fault: say what is kept and how to go on
+            if process_group()[0] == 0 and (kept := sorted(p.stem for p in partial.glob("*.json"))):
+                print(f"evaluation {path.stem} of {record.name} stopped; the answers of {', '.join(kept)} are kept in "
+                      f"{partial}: the same command goes on from them", file=sys.stderr, flush=True)
+            raise
+        results.update(run=record.name, eval_name=path.stem)
+        if examples: results["examples"] = records      # per-example completions, answers and scores
+        if process_group()[0] == 0:                        # sharded: every process has the results, the main one writes
+            write_json(path, results, overwrite=overwrite)
+            shutil.rmtree(partial, ignore_errors=True)
+            print(f"{record.name}, {path.stem}:\n{results_table(results['results'])}\n{answering_time(results)}", flush=True)
+            if record.kind != "train": write_status(record.path, "complete", 0)
+            else: write_model_card(record.path)          # the adapter's card lists every evaluation
     _barrier()
     return path
 

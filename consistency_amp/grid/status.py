@@ -128,6 +128,9 @@ def spec_status(spec: dict, records: dict[str, RunRecord], need: dict | None = N
             return out | dict(status="damaged", detail="params.json missing or unreadable: "
                               + "; ".join(record.problems + record.missing))
         return out | dict(status="mismatch", detail="; ".join(diffs))
+    if record.live and record.state != "running":   # an evaluation holds it (run_evaluation.evaluating): not ours either
+        from consistency_amp.evaluation.run_evaluation import evaluator_of
+        return out | dict(status="running", detail="being evaluated by " + describe_writer(evaluator_of(record.path)))
     if spec["kind"] == "train" and record.state == "running":   # a live process holds its lock: not ours to launch
         return out | dict(status="running", detail=_training_detail(record) + "; being written by "
                           + describe_writer((record.status or {}).get("writer")))

@@ -39,7 +39,7 @@ class RunRecord:
     def name(self) -> str: return self.path.name
     @property
     def kind(self) -> str | None: return (self.params or {}).get("kind")
-    live: bool | None = None                # whether a process holds the run lock (training runs; None: cannot tell)
+    live: bool | None = None                # whether a process holds the run lock (training or evaluating it; None: cannot tell)
 
     @property
     def state(self) -> str | None:
@@ -98,6 +98,7 @@ def read_run(path: str | os.PathLike) -> RunRecord:
     record.params = _read_json_into(path / PARAMS_FILE, record)
     record.status = _read_json_into(path / STATUS_FILE, record)
     kind = record.kind or "train"
+    record.live = run_is_live(path)                  # a training, or an evaluation (of any kind of run), holds it
     if record.status is not None and record.status.get("state") not in RUN_STATES:
         record.problems.append(f"{STATUS_FILE}: state {record.status.get('state')!r} is not one of {RUN_STATES}")
     if kind == "train":
@@ -118,7 +119,6 @@ def read_run(path: str | os.PathLike) -> RunRecord:
             warnings.simplefilter("always")
             record.resume_from = last_checkpoint(path)
         record.skipped_checkpoints = [str(w.message) for w in skipped]
-        record.live = run_is_live(path)
         if record.state == "complete" and record.adapter is None:
             record.problems.append(f"{STATUS_FILE} says complete but {ADAPTER_DIR}/{ADAPTER_WEIGHTS} is missing")
         if record.status and record.train_log and record.status.get("step", 0) > record.last_step:
