@@ -293,6 +293,17 @@ def test_a_fresh_start_into_an_output_dir_with_checkpoints_is_refused(tmp_path):
     assert fresh.train(resume_from_checkpoint=True).global_step == 1 and (only_cut / "checkpoint-1" / "trainer_state.json").is_file()
 
 
+def test_answers_in_another_format_are_said(tmp_path):
+    "Short completions, none in the format the rewards parse (a model answering 'Yes' in its own words): said, with the way out."
+    from consistency_amp.training.text_models import load_text_model
+    model, tokenizer = load_text_model()
+    trainer = OTGRPOTrainer(model, text_config(tmp_path, save_strategy="no"), text_pairs(), processing_class=tokenizer)
+    yes = tokenizer("Yes", add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([yes for _ in prompt_ids], None)   # well under the cap
+    with pytest.warns(UserWarning, match="no completion of a step gave a parseable answer: the rewards parse <think>"):
+        trainer.train()
+
+
 def test_answers_cut_off_by_max_completion_length_are_said(tmp_path):
     "Every completion at the cap and none parseable: reward 0 and no learning, which a user would otherwise see only as a flat log."
     from consistency_amp.training.text_models import load_text_model

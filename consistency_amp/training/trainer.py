@@ -39,9 +39,9 @@ from ..reward.verifiers import (
     accuracy, accuracy_reward_func, completion_text, format_reward_func, log_answer_metrics, parse_answer)
 
 # %% auto #0
-__all__ = ['SIDES', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'paired_sampler',
-           'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards', 'consistency_reward_placeholder',
-           'paired_prompts', 'OTGRPOTrainer']
+__all__ = ['SIDES', 'ANSWER_FORMAT_HINT', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler',
+           'paired_sampler', 'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards',
+           'consistency_reward_placeholder', 'paired_prompts', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
 @dataclass
@@ -273,6 +273,10 @@ def paired_prompts(train_dataset, args: OTGRPOConfig, make_pair: Callable[..., P
     return PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
 
 # %% ../../nbs/27_trainer.ipynb #966b8c7b
+ANSWER_FORMAT_HINT = ("the rewards parse <think>...</think><answer>...</answer> with True or False, or a non-negative number, "
+                      "in the answer tags, so every task reward is 0 and nothing is learned; ask for that format in the "
+                      "prompt (consistency_amp.SYSTEM_PROMPT as its system message, as the spatial tasks' prompts do)")
+
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
     def __init__(self, model, args: OTGRPOConfig, train_dataset, processing_class=None, peft_config=None,
@@ -385,7 +389,9 @@ class OTGRPOTrainer(GRPOTrainer):
             metrics["answers/consistency"].append(float(np.mean(consistency)))
         scores = gather_object([self._answer_scores(row, t) for row, t in zip(inputs, texts)])
         log_answer_metrics(metrics, scores, texts_all, answer_type, self.num_generations)
-        if all(u for u, _ in scores) and min(map(len, completion_ids_list)) >= (cap := self.args.max_completion_length):
-            warnings.warn(f"every completion reached max_completion_length={cap} without a parseable answer: answers are cut "
-                          "off, so every task reward is 0 and nothing is learned; raise max_completion_length")   # said once
+        if all(u for u, _ in scores):                  # no answer parses: every task reward is 0, nothing is learned (said once)
+            if min(map(len, completion_ids_list)) >= (cap := self.args.max_completion_length):
+                warnings.warn(f"every completion reached max_completion_length={cap} without a parseable answer: answers are "
+                              "cut off, so every task reward is 0 and nothing is learned; raise max_completion_length")
+            else: warnings.warn(f"no completion of a step gave a parseable answer: {ANSWER_FORMAT_HINT}")
         return rewards_per_func
