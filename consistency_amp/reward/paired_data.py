@@ -92,6 +92,8 @@ def _check_image(image, column: str, where: str) -> None:
         if problem := _image_file_problem(image): raise ValueError(f"{where}: column {column!r}: {problem}")
     elif not hasattr(image, "convert"):                   # an array: datasets stores it as nested lists
         hint = "; an array goes in as PIL.Image.fromarray(array)" if isinstance(image, list) or hasattr(image, "shape") else ""
+        if isinstance(image, list) and image and all(hasattr(i, "convert") for i in image):   # TRL's `images` habit
+            hint = "; one image per side: give the image itself, not a list of images"
         raise ValueError(f"{where}: column {column!r} must be a PIL image or a path; got {type(image).__name__}{hint}")
 
 def _check_image_places(prompt: list, column: str, where: str) -> None:
