@@ -114,8 +114,9 @@ def evaluating(run_dir, eval_name: str):
     path = Path(run_dir)
     if process_group()[0] != 0: yield; return    # sharded: the main process speaks for all
     held = holds_run_lock(path)                  # by this process already (a notebook that trained it)
-    status = read_json(path / STATUS_FILE) if (path / STATUS_FILE).is_file() else {}
-    holder = status.get("writer") if status.get("state") == "running" else evaluator_of(path)
+    try: status = read_json(path / STATUS_FILE)
+    except (OSError, ValueError): status = None      # absent or damaged: it only names the holder, never stops an evaluation
+    holder = status.get("writer") if isinstance(status, dict) and status.get("state") == "running" else evaluator_of(path)
     try: acquire_run_lock(path, holder)
     except RunLockedError: raise
     except OSError: yield; return               # a folder this process cannot write: its results cannot be either
