@@ -175,11 +175,14 @@ def test_print_mode_one_command_per_missing_run(tmp_path, launcher):
         assert spec["name"] in cmd
         if spec["kind"] == "train":
             head = {"torchrun": "torchrun --nproc_per_node 8 -m consistency_amp.training.train",
-                    "accelerate": "accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m consistency_amp.training.train",
+                    "accelerate": "accelerate launch --config_file configs/accelerate/multi_gpu.yaml --num_processes 8 "
+                                  "-m consistency_amp.training.train",
                     "papermill": "papermill nbs/train.ipynb"}[launcher]
             assert cmd.startswith(head) and '"$OMNI3D_ROOT"' in cmd
             assert ("--resume true" in cmd) if launcher != "papermill" else ("-p resume true" in cmd)
             assert f"{spec['steps']}" in words and ("-m consistency_amp.evaluation.evaluate --run " in cmd or "nbs/evaluate.ipynb" in cmd)
+            # the paper's global batch: 8 processes, or the notebook's one accumulating 8 steps
+            assert ("gradient_accumulation_steps" in cmd) == (launcher == "papermill")
     assert len(EXTERNAL_BASELINES) - 2 == text.count("# not launched, needs_model")
     assert not any(tmp_path.iterdir())                              # printing writes nothing
 

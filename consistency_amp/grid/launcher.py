@@ -16,14 +16,14 @@ import traceback
 from pathlib import Path
 
 from ..core import check_choice
-from .manifest import DATA_ROOT_PLACEHOLDER, Manifest, manifest
+from .manifest import accumulation_steps, DATA_ROOT_PLACEHOLDER, Manifest, manifest
 from .status import _records, LAUNCHABLE, manifest_status, spec_status
 from ..training.run_records import read_run
 from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'ACCELERATE_CONFIG', 'PAPER_RECIPE', 'LOG_DIR', 'missing_runs', 'train_command', 'eval_command',
-           'run_command', 'launch_missing', 'launcher_lock']
+__all__ = ['LAUNCHERS', 'ACCELERATE_CONFIG', 'PAPER_RECIPE', 'ONE_PROCESS_LAUNCHERS', 'LOG_DIR', 'missing_runs', 'train_command',
+           'eval_command', 'run_command', 'launch_missing', 'launcher_lock']
 
 # %% ../../nbs/56_launcher.ipynb #35ccc2ab
 def missing_runs(scale: str = "mini", runs_dir: str | os.PathLike | None = None, *, figures=None,
@@ -57,25 +57,36 @@ def _train_args(spec: dict, runs_dir, save_steps: int) -> list[tuple[str, object
     return [(k, v) for k, v in args if v is not None] + [("resume", "true")]
 
 # %% ../../nbs/56_launcher.ipynb #63151860
-def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", nproc_per_node: int = 8,
-                  save_steps: int = 50, accelerate_config: str = ACCELERATE_CONFIG) -> str:
-    "The shell command that trains (or resumes) the run of `spec`."
+ONE_PROCESS_LAUNCHERS = ("papermill", "python")   # these train in one process: they accumulate the others' steps
+
+def _accumulate(spec: dict, processes: int) -> dict:
+    "The trainer setting that makes `spec`'s global batch on `processes` processes (none where one step makes it)."
+    steps = accumulation_steps(spec, processes)
+    return {"gradient_accumulation_steps": steps} if steps > 1 else {}
+
+def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", save_steps: int = 50,
+                  accelerate_config: str = ACCELERATE_CONFIG) -> str:
+    "The shell command that trains (or resumes) the run of `spec` on its `num_processes` (papermill, python: one), accumulating the steps that make its global batch."
     check_choice("launcher", launcher, LAUNCHERS)
-    args = _train_args(spec, runs_dir, save_steps)
+    processes = 1 if launcher in ONE_PROCESS_LAUNCHERS else spec["num_processes"]
+    args, accumulate = _train_args(spec, runs_dir, save_steps), _accumulate(spec, processes)
     if launcher == "papermill":
         out = Path(os.fspath(runs_dir) if runs_dir is not None else "runs") / f"{spec['name']}.train.ipynb"
         renamed = {"num_generations": "K"}
         params = [(renamed.get(k, k), v) for k, v in args]
+        settings = dict(accumulate)
         if spec["scale"] == "paper":                    # the notebook takes no recipe: its trainer settings, as JSON
             from consistency_amp.training.train_cli import recipe
-            if settings := recipe(PAPER_RECIPE).get("trainer_args"): params.append(("trainer_args", json.dumps(settings)))
+            settings = recipe(PAPER_RECIPE).get("trainer_args", {}) | settings
+        if settings: params.append(("trainer_args", json.dumps(settings)))
         return " ".join(["papermill nbs/train.ipynb", _q(out), "-k python3"]
                         + [f"-p {k} {_q(v)}" for k, v in params])
-    head = {"torchrun": f"torchrun --nproc_per_node {nproc_per_node} -m consistency_amp.training.train",
-            "accelerate": f"accelerate launch --config_file {_q(accelerate_config)} -m consistency_amp.training.train",
+    head = {"torchrun": f"torchrun --nproc_per_node {processes} -m consistency_amp.training.train",
+            "accelerate": f"accelerate launch --config_file {_q(accelerate_config)} --num_processes {processes} "
+                          "-m consistency_amp.training.train",
             "python": "python -m consistency_amp.training.train"}[launcher]
     recipe_flag = [f"--config {PAPER_RECIPE}"] if spec["scale"] == "paper" else []   # the flags after it override it
-    return " ".join([head] + recipe_flag + [f"--{k} {_q(v)}" for k, v in args])
+    return " ".join([head] + recipe_flag + [f"--{k} {_q(v)}" for k, v in args + list(accumulate.items())])
 
 # %% ../../nbs/56_launcher.ipynb #aef9d3f2
 def _eval_flags(spec: dict, need: dict, runs_dir) -> list[tuple[str, object]]:
@@ -138,7 +149,7 @@ def _train_here(spec: dict, runs: Path, settings: dict) -> Path:
                              seed=spec["seed"], label_noise=spec["label_noise"],
                              max_completion_length=spec["max_completion_length"], scale=spec["scale"],
                              run_name=spec["name"], runs_dir=str(runs), resume=True, save_steps=settings["save_steps"],
-                             report_to="none"))
+                             report_to="none", trainer_args=_accumulate(spec, 1) or None))   # one process here
 
 # %% ../../nbs/56_launcher.ipynb #cfffb5e9
 def _evaluate_here(spec: dict, runs: Path, folder: str) -> list[Path]:
@@ -178,7 +189,7 @@ def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = Non
         print(f"# {len(todo)} run(s) to launch at the {scale} scale (runs_dir {runs})", file=file)
         for spec in todo:
             print(f"# {spec['name']}: {spec['status']}" + (f" ({spec['detail']})" if spec["detail"] else ""), file=file)
-            print(run_command(spec, runs_dir, launcher=launcher, nproc_per_node=m.settings["nproc_per_node"],
+            print(run_command(spec, runs_dir, launcher=launcher,
                               save_steps=m.settings["save_steps"], accelerate_config=accelerate_config), file=file)
         for s in blocked: print("# " + _not_launched(s, m, runs_dir, launcher).replace("\n", "\n# "), file=file)
         return [dict(run=s["name"], action="printed", status=s["status"]) for s in todo]

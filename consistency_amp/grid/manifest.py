@@ -17,8 +17,8 @@ from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS
 
 # %% auto #0
 __all__ = ['SOURCE', 'HELD_OUT_SOURCE', 'DATA_ROOT_PLACEHOLDER', 'SCALE_SETTINGS', 'EXTERNAL_BASELINES', 'TRAIN_IDENTITY_KEYS',
-           'FIGURES', 'check_scale', 'scale_settings', 'eval_name_for', 'scale_models', 'model_tags', 'train_spec',
-           'base_spec', 'external_spec', 'Manifest', 'check_figures', 'manifest']
+           'FIGURES', 'check_scale', 'accumulation_steps', 'scale_settings', 'eval_name_for', 'scale_models',
+           'model_tags', 'train_spec', 'base_spec', 'external_spec', 'Manifest', 'check_figures', 'manifest']
 
 # %% ../../nbs/53_manifest.ipynb #9b95ce4e
 SOURCE, HELD_OUT_SOURCE = "SUNRGBD", "KITTI"          # every model trains on SUN RGB-D; KITTI is held out
@@ -37,8 +37,18 @@ def check_scale(scale) -> str:
     return check_choice("scale", scale, SCALES)
 
 # %% ../../nbs/53_manifest.ipynb #c3efdc35
+def accumulation_steps(settings: dict, processes: int) -> int:
+    "The gradient accumulation steps that give `processes` training processes of `pairs_per_device` prompt pairs each the global batch of `settings` (`pairs_per_step`); a ValueError naming the counts that can."
+    per_pass, total = settings["pairs_per_device"] * processes, settings["pairs_per_step"]
+    if total % per_pass:
+        can = [n for n in range(1, total + 1) if total % (n * settings["pairs_per_device"]) == 0]
+        raise ValueError(f"{processes} processes of {settings['pairs_per_device']} prompt pair(s) each cannot make the global "
+                         f"batch of {total} pairs per step by accumulating steps: give --nproc-per-node one of "
+                         f"{', '.join(map(str, can)) or 'none (pairs_per_device exceeds the batch)'}")
+    return total // per_pass
+
 def scale_settings(scale: str, **overrides) -> dict:
-    "The sizes of `scale` (steps, joint_steps, K, pairs per device, ..., evaluation caps) with `overrides` applied."
+    "The sizes of `scale` (steps, joint_steps, K, pairs per device, ..., evaluation caps) with `overrides` applied, and the global batch they make."
     settings = dict(SCALE_SETTINGS[check_scale(scale)])
     if unknown := sorted(set(overrides) - set(settings)):
         raise ValueError(f"unknown scale setting(s) {unknown}; valid: {', '.join(settings)}")
@@ -49,7 +59,12 @@ def scale_settings(scale: str, **overrides) -> dict:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and name != "beta"):
                 raise ValueError(f"scale setting {name} must be a positive number; got {value!r}")
         else: check_int(f"scale setting {name}", value, low)
-    return settings | overrides
+    settings |= overrides
+    # the global batch is the scale's own process count (the paper's 8 GPUs) times the pairs per device: fewer
+    # processes (nproc_per_node) accumulate steps to make it (launcher.train_command), and the status checks it
+    settings["pairs_per_step"] = settings["pairs_per_device"] * SCALE_SETTINGS[scale]["nproc_per_node"]
+    accumulation_steps(settings, settings["nproc_per_node"])
+    return settings
 
 # %% ../../nbs/53_manifest.ipynb #aa05eb97
 def eval_name_for(max_examples: int | None) -> str:
@@ -102,7 +117,9 @@ def train_spec(scale: str, settings: dict, models: dict, *, task: str, reward: s
                   num_generations=settings["num_generations"], pairs_per_device=settings["pairs_per_device"],
                   learning_rate=settings["learning_rate"], temperature=settings["temperature"], beta=settings["beta"],
                   seed=settings["seed"], label_noise=float(label_noise),
-                  max_completion_length=settings["max_completion_length"], scale=scale)
+                  max_completion_length=settings["max_completion_length"], scale=scale,
+                  pairs_per_step=settings["pairs_per_step"], num_processes=settings["nproc_per_node"])   # the global
+    # batch, and how many processes the printed commands start to make it (status.param_differences, launcher.train_command)
     name = run_name(params | {"model_size": model_tags(scale)[size]})
     return dict(name=name, **params, size=size, stands_in_for=size if scale == "mini" else None,
                 label=None, evals=[], figures=[])

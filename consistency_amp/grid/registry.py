@@ -69,8 +69,8 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-examples", type=int, default=None, help="evaluation cap per (task, source) "
                         f"(default: {by_scale('max_examples')})")
     parser.add_argument("--nproc-per-node", type=int, default=None, help="print mode: GPUs per training run in the torchrun "
-                        f"commands (default: {by_scale('nproc_per_node')}); with fewer than the paper's 8 the global batch "
-                        "(4 pairs per GPU) is smaller than the paper's unless the commands also get --gradient_accumulation_steps")
+                        f"and accelerate commands (default: {by_scale('nproc_per_node')}); with fewer than the paper's 8 the "
+                        "commands accumulate gradient steps, so that each step keeps the paper's global batch (4 pairs x 8 GPUs)")
     parser.add_argument("--csv", default=None, help="table: also write the table to this CSV file")
     parser.add_argument("--no-progress", action="store_true", help="launch: no progress bar")
     return accept_both_spellings(parser)   # --runs_dir too, as the training command spells it

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from .manifest import (check_figures, DATA_ROOT_PLACEHOLDER, FIGURES, manifest, Manifest,
-                                                  TRAIN_IDENTITY_KEYS)
+from .manifest import (accumulation_steps, check_figures, DATA_ROOT_PLACEHOLDER, FIGURES, manifest,
+                                           Manifest, TRAIN_IDENTITY_KEYS)
 from .results import _params_problems, fixture_result, results_table, write_fixture_run
 from ..training.run_lock import describe_writer
 from ..training.run_records import list_runs, RunRecord
-from ..training.runs import EVAL_DIR, resolve_path
+from ..training.runs import EVAL_DIR, LATER_PARAMS, resolve_path
 from ..world.tasks import BOOLEAN_TASKS
 
 # %% auto #0
-__all__ = ['STATUSES', 'LAUNCHABLE', 'STATUS_COLUMNS', 'param_differences', 'eval_gaps', 'spec_status', 'manifest_status',
-           'spec_params', 'write_status_fixture', 'status_summary', 'figure_results']
+__all__ = ['STATUSES', 'LAUNCHABLE', 'STATUS_COLUMNS', 'stored_pairs_per_step', 'param_differences', 'eval_gaps', 'spec_status',
+           'manifest_status', 'spec_params', 'write_status_fixture', 'status_summary', 'figure_results']
 
 # %% ../../nbs/55_status.ipynb #072c9973
 STATUSES = ("complete", "running", "needs_eval", "incomplete", "missing", "eval_incomplete", "mismatch", "damaged", "needs_model")
@@ -39,8 +39,21 @@ def _same(a, b) -> bool:
     return a == b
 
 # %% ../../nbs/55_status.ipynb #79ac82af
+def stored_pairs_per_step(params: dict) -> tuple[int, int, int]:
+    "(pairs per device, processes, gradient accumulation steps) of a training run's stored `params`, whose product is a step's global batch; runs written before the process count was stored had one."
+    accumulation = (params.get("trainer_args") or {}).get("gradient_accumulation_steps", 1)
+    return params.get("pairs_per_device"), params.get("num_processes", LATER_PARAMS["num_processes"]), accumulation
+
+def _global_batch_difference(spec: dict, params: dict) -> list[str]:
+    "The global batch (prompt pairs per step; Section 5.1: 4 per GPU on 8 GPUs) of `params` against `spec`'s `pairs_per_step`, if it differs."
+    (per_device, processes, accumulation), want = stored_pairs_per_step(params), spec.get("pairs_per_step")
+    if want is None or not isinstance(per_device, int) or per_device * processes * accumulation == want: return []
+    return [f"global batch: stored {per_device * processes * accumulation} prompt pairs per step ({per_device} per device x "
+            f"{processes} process(es) x {accumulation} accumulation step(s)), wanted {want} (the registry's commands make "
+            "it on any number of GPUs: --nproc-per-node)"]
+
 def param_differences(spec: dict, params: dict | None) -> list[str]:
-    "The identity keys on which a run's stored `params` differ from `spec` ('key: stored X, wanted Y')."
+    "The identity keys on which a run's stored `params` differ from `spec` ('key: stored X, wanted Y'), and the global batch."
     if params is None: return ["params.json missing"]
     if params.get("kind", "train") != spec["kind"]: return [f"kind: stored {params.get('kind')!r}, wanted {spec['kind']!r}"]
     keys = TRAIN_IDENTITY_KEYS if spec["kind"] == "train" else ("model",)
@@ -56,6 +69,8 @@ def param_differences(spec: dict, params: dict | None) -> list[str]:
             want, have = (None if v is None else os.fspath(resolve_path(v)) for v in (want, have))
         if key == "label_noise": want, have = want or 0.0, have or 0.0
         if not _same(want, have): diffs.append(f"{key}: stored {have!r}, wanted {want!r}")
+    if spec["kind"] == "train" and not any(d.startswith("pairs_per_device:") for d in diffs):   # said once
+        diffs += _global_batch_difference(spec, params)
     return diffs
 
 # %% ../../nbs/55_status.ipynb #e8fdb794
@@ -172,8 +187,10 @@ def manifest_status(scale: str = "mini", runs_dir: str | os.PathLike | None = No
 
 # %% ../../nbs/55_status.ipynb #2ab73734
 def spec_params(spec: dict) -> dict:
-    "The `params.json` a run made to `spec` stores: its kind, identity keys, pairing, model size and scale."
-    return {k: spec[k] for k in ("kind",) + TRAIN_IDENTITY_KEYS + ("pairing", "model_size", "scale")}
+    "The `params.json` a run made to `spec` by the launcher's torchrun command stores: its kind, identity keys, pairing, model size, scale, processes and gradient accumulation."
+    params = {k: spec[k] for k in ("kind",) + TRAIN_IDENTITY_KEYS + ("pairing", "model_size", "scale", "num_processes")}
+    accumulation = accumulation_steps(spec, spec["num_processes"])
+    return params | ({"trainer_args": {"gradient_accumulation_steps": accumulation}} if accumulation > 1 else {})
 
 # %% ../../nbs/55_status.ipynb #59005676
 def write_status_fixture(root, manifest_: Manifest) -> dict:
