@@ -467,6 +467,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                   'consistency_amp/grid/results.py')},
             'consistency_amp.grid.status': { 'consistency_amp.grid.status._global_batch_difference': ( 'status.html#_global_batch_difference',
                                                                                                        'consistency_amp/grid/status.py'),
+                                             'consistency_amp.grid.status._identity_params': ( 'status.html#_identity_params',
+                                                                                               'consistency_amp/grid/status.py'),
                                              'consistency_amp.grid.status._model_key': ( 'status.html#_model_key',
                                                                                          'consistency_amp/grid/status.py'),
                                              'consistency_amp.grid.status._records': ( 'status.html#_records',

@@ -125,6 +125,12 @@ def _training_detail(record: RunRecord) -> str:
     return "; ".join(p for p in parts if p and p != "missing ")
 
 # %% ../../nbs/55_status.ipynb #0a8470ad
+def _identity_params(record: RunRecord) -> dict | None:
+    "`record.params`, with the process count from status.json where params.json predates recording it (status.json has always held it)."
+    params, processes = record.params, (record.status or {}).get("num_processes")
+    if params is None or "num_processes" in params or not isinstance(processes, int): return params
+    return params | {"num_processes": processes}
+
 def spec_status(spec: dict, records: dict[str, RunRecord], need: dict | None = None) -> dict:
     "Where `spec` stands among `records` ({name: RunRecord}) for `need` (one figure's {pairs, examples}; default: all its figures)."
     out = dict(status="missing", found=None, exists=False, detail="")
@@ -135,10 +141,10 @@ def spec_status(spec: dict, records: dict[str, RunRecord], need: dict | None = N
     record = records.get(spec["name"])
     if record is None:                        # the same run under another name?
         record = next((r for r in records.values() if r.params and r.complete
-                       and not param_differences(spec, r.params) and not eval_gaps(spec, r, need)[0]), None)
+                       and not param_differences(spec, _identity_params(r)) and not eval_gaps(spec, r, need)[0]), None)
         if record is None: return out | dict(detail="no run folder")
     out.update(found=record.name, exists=True)
-    if diffs := param_differences(spec, record.params):
+    if diffs := param_differences(spec, _identity_params(record)):
         if record.params is None:
             return out | dict(status="damaged", detail="params.json missing or unreadable: "
                               + "; ".join(record.problems + record.missing))
