@@ -48,7 +48,9 @@ class GreedyDecoder:
         texts = [self.prompt_text(r["prompt"]) for r in rows]
         side, tokenizer.padding_side = tokenizer.padding_side, "left"
         try:
-            if images[0] is None: inputs = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+            if images[0] is None:   # a chat template writes its own BOS; a plain prompt gets the tokenizer's, as TRL's
+                plain = isinstance(rows[0]["prompt"], str)   # processing_class(text=prompts) gives it in training
+                inputs = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=plain)
             else: inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
         finally: tokenizer.padding_side = side
         return inputs.to(getattr(self.model, "device", "cpu"))   # the processor gives CPU tensors; a GPU model needs them there

@@ -5,6 +5,7 @@
 # %% ../../nbs/50_pair_evaluation.ipynb #e5b2217e
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -13,7 +14,7 @@ from tqdm import tqdm
 from ..core import check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
 from .held_out import results_table
-from ..reward.paired_data import check_paired_dataset, check_reads_images
+from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.trainer import PairedPromptDataset, pair_key
 
@@ -67,6 +68,8 @@ def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT
     "Greedy answers of `model` to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed, with a progress bar while it answers."
     check_paired_dataset(pairs)                          # a list, a DataFrame or a bad row: named before any answer
     check_reads_images(processing_class, pairs)         # else the images would be left out of the prompts unsaid
+    if not set(TRUTH_COLUMNS) & set(pairs.column_names) and (hint := unread_labels_hint(pairs.column_names)):
+        warnings.warn(f"the pairs have no labels, so accuracy is not measured{hint}", stacklevel=2)
     records = answer_pairs(GreedyDecoder(model, processing_class, max_new_tokens), pairs, batch_size, progress=verbose)
     summary = summarize_pairs(records)
     if verbose: print(results_table(summary))

@@ -15,13 +15,15 @@ from ..core import check_choice
 from .verifiers import ANSWER_TYPES
 
 # %% auto #0
-__all__ = ['PAIR_COLUMNS', 'IMAGE_COLUMNS', 'TRUTH_COLUMNS', 'PAIR_RELATIONS', 'MESSAGE_ROLES', 'verifier_relation',
-           'check_pair_row', 'load_image', 'check_paired_dataset', 'check_reads_images', 'label_flipped']
+__all__ = ['PAIR_COLUMNS', 'IMAGE_COLUMNS', 'TRUTH_COLUMNS', 'TRL_IMAGE_COLUMNS', 'PAIR_RELATIONS', 'MESSAGE_ROLES',
+           'SAME_QUESTION', 'LABEL_LIKE', 'verifier_relation', 'check_pair_row', 'load_image', 'check_paired_dataset',
+           'check_reads_images', 'unread_labels_hint', 'label_flipped']
 
 # %% ../../nbs/07_paired_data.ipynb #1fee22c4
 PAIR_COLUMNS = ("prompt", "prompt_augmented", "relation", "answer_type")   # required
 IMAGE_COLUMNS = ("image", "image_augmented")                                # both or neither
 TRUTH_COLUMNS = ("ground_truth", "ground_truth_augmented")                  # both or neither
+TRL_IMAGE_COLUMNS = ("images", "images_augmented")   # TRL's name for a prompt's images, read ahead of 'image': refused
 PAIR_RELATIONS = ("same", "opposite")
 
 def verifier_relation(relation: str, answer_type: str) -> str:
@@ -107,9 +109,23 @@ def _check_image_places(prompt: list, column: str, where: str) -> None:
                          "before the first user message)")
 
 # %% ../../nbs/07_paired_data.ipynb #73777469
+def _check_column_names(columns, where: str) -> None:
+    "Raise if `columns` hold TRL's `images`: TRL reads it ahead of the pair's own `image`, for x and x′ alike."
+    if found := [c for c in columns if c in TRL_IMAGE_COLUMNS]:
+        raise ValueError(f"{where}: column {found[0]!r} is TRL's name for a prompt's images; a pair's two images go in 'image' "
+                         "(x's) and 'image_augmented' (x′'s), one image each: rename the columns, e.g. dataset.rename_columns("
+                         "{'images': 'image', 'images_augmented': 'image_augmented'}) (TRL would give x′ the image of x)")
+
+def _same_question(row: dict) -> bool:
+    "Whether x and x′ of `row` are one question: the same prompt, and no images or the same image (path, stored bytes or pixels)."
+    if row["prompt"] != row["prompt_augmented"]: return False
+    image, image_augmented = row.get("image"), row.get("image_augmented")
+    return image is None or image is image_augmented or (type(image) is type(image_augmented) and image == image_augmented)
+
 def check_pair_row(row: dict, index: int) -> dict:
     "Raise, naming the column and the row `index`, unless `row` is a valid pair row; the row."
     where = f"paired dataset row {index}"
+    _check_column_names(row, where)
     if missing := [c for c in PAIR_COLUMNS if c not in row]:
         raise ValueError(f"{where}: missing column(s) {missing}; a pair row needs {list(PAIR_COLUMNS)}")
     _check_answers(row, where)
@@ -120,7 +136,12 @@ def check_pair_row(row: dict, index: int) -> dict:
         for c in PAIR_COLUMNS[:2]: _check_image_places(row[c], c, where)
     if len(conversational) > 1:                            # TRL tokenises a batch's prompts in one format
         raise ValueError(f"{where}: 'prompt' and 'prompt_augmented' must be in one format: both strings or both lists of messages")
+    if row["relation"] == "opposite" and _same_question(row): raise ValueError(SAME_QUESTION.format(where=where))
     return row
+
+SAME_QUESTION = ("{where}: x and x′ are the same question (the same prompt, and the same image or none), but relation "
+                 "'opposite' asks for opposite answers, which no model can give: x′ = T(x) changes the prompt or the image "
+                 "(is an image column missing or misnamed?), or the relation is 'same'")
 
 # %% ../../nbs/07_paired_data.ipynb #c3258e3b
 def load_image(image):
@@ -146,27 +167,45 @@ def _check_stored_images(dataset, plain) -> None:
             raise ValueError(f"paired dataset row {index}: {'no images, where row 0 has them' if with_images else 'images, where row 0 has none'}: "
                              "give every row its images, or none")
 
-#| export
+
+# %% ../../nbs/07_paired_data.ipynb #fd2f3711
 _SCALARS = ("relation", "answer_type", *TRUTH_COLUMNS, "pair_id")
+
+def _check_dataset_type(dataset) -> None:
+    "Raise unless `dataset` is a `datasets.Dataset`, saying how to get one from a DatasetDict or a streamed dataset."
+    from datasets import Dataset
+    if isinstance(dataset, Dataset): return
+    kind = type(dataset).__name__
+    hint = {"DatasetDict": ": give one split, e.g. dataset['train']",
+            "IterableDataset": " (streamed rows cannot be checked or drawn by index): load it with streaming=False, or "
+                               "Dataset.from_generator",
+            "IterableDatasetDict": " (streamed rows cannot be checked or drawn by index): load one split with streaming=False"}
+    raise ValueError(f"a paired dataset is a datasets.Dataset with columns {list(PAIR_COLUMNS)}; got {kind}{hint.get(kind, '')}")
 
 def check_paired_dataset(dataset) -> None:
     "Raise, naming the column and the row, unless `dataset` is a non-empty paired `datasets.Dataset`: its first row in full, every row's stored scalar columns, prompts and image paths (rows built when read, as `spatial_pair_dataset`'s, are checked as they are read)."
-    from datasets import Dataset
-    if not isinstance(dataset, Dataset):
-        raise ValueError(f"a paired dataset is a datasets.Dataset with columns {list(PAIR_COLUMNS)}; got {type(dataset).__name__}")
+    _check_dataset_type(dataset)
     if len(dataset) == 0: raise ValueError("the paired dataset has no rows")
+    _check_column_names(dataset.column_names, "the paired dataset")
     check_pair_row(dataset[0], 0)
     plain = dataset.with_format(None)                    # the stored values: no transform, no image decoding
     stored = {c: plain[c] for c in _SCALARS if c in dataset.column_names}
     for index in range(len(dataset)): _check_answers({c: v[index] for c, v in stored.items()}, f"paired dataset row {index}")
+    _check_stored_images(dataset, plain)
     if set(PAIR_COLUMNS[:2]) <= set(plain.column_names):  # stored prompts (one's own rows): each found now, not steps into training
         prompts = {c: plain[c] for c in PAIR_COLUMNS[:2]}
+        images = {c: plain[c] for c in IMAGE_COLUMNS if c in plain.column_names}   # paths or stored bytes: nothing decoded
         for index in range(1, len(dataset)):
             if len({_check_prompt(p[index], c, f"paired dataset row {index}") for c, p in prompts.items()}) > 1:
                 raise ValueError(f"paired dataset row {index}: 'prompt' and 'prompt_augmented' must be in one format: both strings or both lists of messages")
-    if (ids := stored.get("pair_id")) is not None and len(set(ids)) != len(ids):
-        raise ValueError(f"column 'pair_id' repeats {next(i for i in ids if ids.count(i) > 1)!r}: pair ids must be unique")
-    _check_stored_images(dataset, plain)
+            row = {c: v[index] for c, v in (prompts | images).items()}
+            if stored.get("relation", [None] * len(dataset))[index] == "opposite" and _same_question(row):
+                raise ValueError(SAME_QUESTION.format(where=f"paired dataset row {index}"))
+    if (ids := stored.get("pair_id")) is not None:
+        if None in ids: raise ValueError(f"paired dataset row {ids.index(None)}: pair_id is None: give every row a unique "
+                                         "pair id, or leave the column out (the row number names the pair)")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"column 'pair_id' repeats {next(i for i in ids if ids.count(i) > 1)!r}: pair ids must be unique")
 
 # %% ../../nbs/07_paired_data.ipynb #9995c1bc
 def check_reads_images(processing_class, pairs) -> None:
@@ -176,6 +215,15 @@ def check_reads_images(processing_class, pairs) -> None:
         raise ValueError(f"the paired dataset has images (columns {', '.join(IMAGE_COLUMNS)}), but the model's "
                          f"{type(processing_class).__name__} reads text only: give a vision-language model and its "
                          "processor (consistency_amp.load_model), or leave the image columns out")
+
+# %% ../../nbs/07_paired_data.ipynb #8f6b0b97
+LABEL_LIKE = ("answer", "answers", "label", "labels", "solution", "solutions", "target", "targets", "truth", "gt")
+
+def unread_labels_hint(columns) -> str:
+    "A note naming the `columns` that look like labels (e.g. `answer`, TRL's `solution`) but are not the label columns, which no reward or evaluation reads; '' if none."
+    found = [c for c in columns if c not in TRUTH_COLUMNS and c.lower().removesuffix("_augmented") in LABEL_LIKE]
+    return (f" (column{'s' * (len(found) > 1)} {', '.join(map(repr, found))} look{'s' * (len(found) == 1)} like labels, but only "
+            f"{' and '.join(TRUTH_COLUMNS)} are read as such: rename {'them' if len(found) > 1 else 'it'})") if found else ""
 
 # %% ../../nbs/07_paired_data.ipynb #c6351c9d
 def _unit_interval(*parts) -> float:

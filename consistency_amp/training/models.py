@@ -78,7 +78,8 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
         base = _adapter_base(path) if adapter else None
         raise ValueError(f"{str(name_or_path)!r} is not a model directory: it has no config.json" + (
             f"; it is a LoRA adapter{f' of {base!r}' if base else ''}: give its base as the model and this folder as the "
-            "adapter (load_model(base, adapter=...); the evaluation command: --model <base> --adapter <this folder>)"
+            "adapter (load_model(base, adapter=...), or load_text_model(base, adapter=...) for a text model; the "
+            "evaluation command: --model <base> --adapter <this folder>)"
             if adapter else ""))
     return str(path)
 

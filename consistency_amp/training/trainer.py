@@ -31,7 +31,7 @@ from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_
     out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
     without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
-    check_paired_dataset, check_reads_images, label_flipped, load_image, verifier_relation)
+    check_paired_dataset, check_reads_images, label_flipped, load_image, unread_labels_hint, verifier_relation)
 from ..world.prompts import PromptPair, make_prompt_pair
 from ..world.spatial_pairs import check_example_sequence, spatial_pair_dataset
 from ..world.tasks import Example
@@ -114,6 +114,9 @@ def settle_paired_config(self: OTGRPOConfig) -> None:
     if self.remove_unused_columns:
         raise ValueError("remove_unused_columns must be False: the rewards read the pair_id, side, relation, "
                          "answer_type (and ground_truth) columns of the rows")
+    if self.max_steps > 0 and self.num_train_epochs != GRPOConfig.__dataclass_fields__["num_train_epochs"].default:
+        warnings.warn(f"num_train_epochs={self.num_train_epochs} has no effect: max_steps={self.max_steps} (OTGRPOConfig's "
+                      "default, the paper's T) wins, as in transformers; give max_steps=-1 to train by epochs")
     if self.reward_weights is None: self.reward_weights = [1.0, 1.0]
     if len(self.reward_weights) != 2:
         raise ValueError(f"reward_weights must hold 2 weights (format, {self.reward}); got {self.reward_weights!r}")
@@ -183,8 +186,8 @@ class PairedPromptDataset(Dataset):
         check_paired_dataset(pairs)
         check_choice("reward", reward, REWARDS)
         if reward == "accuracy" and not set(TRUTH_COLUMNS) <= set(pairs.column_names) and pairs.format["type"] != "custom":
-            raise ValueError(f"reward='accuracy' needs the labels, columns {' and '.join(TRUTH_COLUMNS)}; the paired dataset "
-                             "has no such columns: add them, or train with reward='consistency' (no labels)")   # rows built when read: checked then
+            raise ValueError(f"reward='accuracy' needs the labels, columns {' and '.join(TRUTH_COLUMNS)}, which the paired "   # rows built
+                             f"dataset lacks: add them{unread_labels_hint(pairs.column_names)}, or use reward='consistency'")   # when read: checked then
         if label_noise > 0 and reward != "accuracy": raise ValueError(f"label_noise needs reward='accuracy'; got reward={reward!r}")
         self.pairs, self.reward, self.label_noise, self.label_noise_seed = pairs, reward, label_noise, label_noise_seed
         self._cache, self.cache_size = OrderedDict(), cache_size

@@ -27,11 +27,14 @@ def pair_record(pair: PromptPair, pair_id: str) -> dict:
 
 # %% ../../nbs/20_spatial_pairs.ipynb #b752d2cb
 def check_example_sequence(value, name: str = "examples") -> None:
-    "Raise, naming `name` and the way to a paired dataset, if `value` is a table or a mapping rather than a sequence of examples."
-    if not (isinstance(value, (str, bytes, Mapping)) or hasattr(value, "columns")): return
+    "Raise, naming `name` and the way to a paired dataset, if `value` is a table, a mapping or a streamed dataset rather than a sequence of examples."
+    streamed = type(value).__name__ in ("IterableDataset", "IterableDatasetDict")   # read to its end by list(): refused first
+    if not (isinstance(value, (str, bytes, Mapping)) or hasattr(value, "columns") or streamed): return
     hint = ("; a DatasetDict holds splits: give one, e.g. dataset['train']" if type(value).__name__ == "DatasetDict" else
-            "; make it one with datasets.Dataset.from_pandas(df)" if hasattr(value, "columns") else "")
-    raise ValueError(f"{name} is a {type(value).__name__}: give a paired datasets.Dataset (nbs/07_paired_data.ipynb) "
+            "; make it one with datasets.Dataset.from_pandas(df)" if hasattr(value, "columns") else
+            "; streamed rows cannot be drawn by index: load it with streaming=False, or Dataset.from_generator" if streamed else "")
+    kind = type(value).__name__
+    raise ValueError(f"{name} is {'an' if kind[0] in 'AEIOU' else 'a'} {kind}: give a paired datasets.Dataset (nbs/07_paired_data.ipynb) "
                      f"or a sequence of tasks.Example{hint}")
 
 # %% ../../nbs/20_spatial_pairs.ipynb #dc5b4e0c
