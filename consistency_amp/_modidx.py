@@ -571,6 +571,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                 'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data._check_prompt': ( 'paired_data.html#_check_prompt',
                                                                                                           'consistency_amp/reward/paired_data.py'),
+                                                    'consistency_amp.reward.paired_data._check_questions_differ': ( 'paired_data.html#_check_questions_differ',
+                                                                                                                    'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data._check_stored_images': ( 'paired_data.html#_check_stored_images',
                                                                                                                  'consistency_amp/reward/paired_data.py'),
                                                     'consistency_amp.reward.paired_data._check_truth': ( 'paired_data.html#_check_truth',
