@@ -261,6 +261,8 @@ def _data_identity(data_root):
 def _experiment(params: dict) -> dict:
     out = {k: v for k, v in params.items() if k not in OPERATIONAL_KEYS + METADATA_KEYS}
     if "data_root" in out: out["data_root"] = _data_identity(out["data_root"])
+    # of the trainer's operational settings, the one that changes the experiment: with num_processes, the global batch
+    out["gradient_accumulation_steps"] = (params.get("trainer_args") or {}).get("gradient_accumulation_steps", 1)
     return out
 
 # %% ../../nbs/31_runs.ipynb #942e59ac
