@@ -115,8 +115,8 @@ def settle_paired_config(self: OTGRPOConfig) -> None:
         raise ValueError("remove_unused_columns must be False: the rewards read the pair_id, side, relation, "
                          "answer_type (and ground_truth) columns of the rows")
     if self.max_steps > 0 and self.num_train_epochs != GRPOConfig.__dataclass_fields__["num_train_epochs"].default:
-        warnings.warn(f"num_train_epochs={self.num_train_epochs} has no effect: max_steps={self.max_steps} (OTGRPOConfig's "
-                      "default, the paper's T) wins, as in transformers; give max_steps=-1 to train by epochs")
+        warnings.warn(f"num_train_epochs={self.num_train_epochs} has no effect: max_steps={self.max_steps} wins, as in transformers "
+                      f"(its default here is the paper's T = {PAPER_SETTINGS['steps']}); give max_steps=-1 to train by epochs")
     if self.reward_weights is None: self.reward_weights = [1.0, 1.0]
     if len(self.reward_weights) != 2:
         raise ValueError(f"reward_weights must hold 2 weights (format, {self.reward}); got {self.reward_weights!r}")
