@@ -66,8 +66,8 @@ class OTGRPOConfig(GRPOConfig, GenerationSettings):
     temperature: float = help_field(PAPER_SETTINGS["temperature"], "Sampling temperature (paper: 1.0).")
     beta: float = help_field(PAPER_SETTINGS["beta"], "KL coefficient (paper: 0, no KL penalty).")
     loss_type: str = help_field("grpo", "TRL loss aggregation; 'grpo' is the paper's 1/K sum_i 1/T_i sum_t.")
-    reward_weights: list[float] | None = help_field(None, "Weights of the (format, task) rewards; None: 1.0 and 1.0 "
-                                                     "(paper, Section 4.4).")
+    reward_weights: list[float] | None = help_field(None, "Weights of the format reward, the task reward and the trainer's "
+                                                     "reward_funcs, in that order; None: 1.0 each (paper, Section 4.4).")
     cache_image_features: bool = help_field(True, "Encode each distinct image once per generation batch and reuse its "
                                              "features in every forward of the step (the K completions of a prompt share "
                                              "its image; the vision tower is frozen), and process each distinct image of "
@@ -91,7 +91,7 @@ class OTGRPOConfig(GRPOConfig, GenerationSettings):
 
 # %% ../../nbs/27_trainer.ipynb #4d6f70fe
 def settle_paired_config(self: OTGRPOConfig) -> None:
-    "Checks the paired fields (reward, pairing, label noise, K, pairs) and derives `per_device_train_batch_size` (2 x pairs x K) and `reward_weights` (1, 1), before GRPOConfig derives its batches from them."
+    "Checks the paired fields (reward, pairing, label noise, K, pairs) and derives `per_device_train_batch_size` (2 x pairs x K), before GRPOConfig derives its batches from them."
     check_choice("reward", self.reward, REWARDS)
     check_choice("pairing", self.pairing, PAIRINGS)
     p = self.label_noise
@@ -117,9 +117,9 @@ def settle_paired_config(self: OTGRPOConfig) -> None:
     if self.max_steps > 0 and self.num_train_epochs != GRPOConfig.__dataclass_fields__["num_train_epochs"].default:
         warnings.warn(f"num_train_epochs={self.num_train_epochs} has no effect: max_steps={self.max_steps} wins, as in transformers "
                       f"(its default here is the paper's T = {PAPER_SETTINGS['steps']}); give max_steps=-1 to train by epochs")
-    if self.reward_weights is None: self.reward_weights = [1.0, 1.0]
-    if len(self.reward_weights) != 2:
-        raise ValueError(f"reward_weights must hold 2 weights (format, {self.reward}); got {self.reward_weights!r}")
+    if self.reward_weights is not None and len(self.reward_weights) < 2:   # TRL checks the count against the functions
+        raise ValueError(f"reward_weights weighs the format, the {self.reward} and the trainer's reward_funcs rewards: "
+                         f"at least 2 weights; got {self.reward_weights!r}")
 
 # %% ../../nbs/27_trainer.ipynb #ab8486e4
 SIDES = ("original", "augmented")
@@ -283,8 +283,8 @@ ANSWER_FORMAT_HINT = ("the rewards parse <think>...</think><answer>...</answer> 
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
     def __init__(self, model, args: OTGRPOConfig, train_dataset, processing_class=None, peft_config=None,
-                 make_pair: Callable[..., PromptPair] = make_prompt_pair, callbacks=None, optimizers=(None, None)):
-        "`train_dataset`: a paired `datasets.Dataset` (`reward.paired_data`), spatial `Example`s (made one by `spatial_pair_dataset` with `make_pair`), or a `PairedPromptDataset`."
+                 make_pair: Callable[..., PromptPair] = make_prompt_pair, callbacks=None, optimizers=(None, None), reward_funcs=()):
+        "`train_dataset`: a paired `datasets.Dataset` (`reward.paired_data`), spatial `Example`s (made one by `spatial_pair_dataset` with `make_pair`), or a `PairedPromptDataset`; `reward_funcs`: TRL's, added to the format and task rewards (each gets the rows' columns)."
         if not isinstance(args, OTGRPOConfig):
             raise ValueError(f"args must be an OTGRPOConfig, got {type(args).__name__}")
         if isinstance(model, str) and (model == TINY_MODEL or model.startswith(SPATIAL_BASE_PREFIX)) and not os.path.isdir(model):
@@ -298,7 +298,7 @@ class OTGRPOTrainer(GRPOTrainer):
                              "generation batch: lower pairs_per_device (or steps_per_generation), or give more pairs")
         task_reward = accuracy_reward_func if args.reward == "accuracy" else consistency_reward_placeholder
         placeholder = HFDataset.from_dict({"example": list(range(len(paired)))})  # GRPOTrainer's type check only
-        super().__init__(model=model, reward_funcs=[format_reward_func, task_reward], args=args,
+        super().__init__(model=model, reward_funcs=[format_reward_func, task_reward, *reward_funcs], args=args,
                          train_dataset=placeholder, processing_class=processing_class, peft_config=peft_config,
                          callbacks=callbacks, optimizers=optimizers)
         self.train_dataset = paired
