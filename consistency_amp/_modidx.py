@@ -439,6 +439,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                              'consistency_amp/grid/manifest.py')},
             'consistency_amp.grid.registry': { 'consistency_amp.grid.registry._external_models': ( 'registry.html#_external_models',
                                                                                                    'consistency_amp/grid/registry.py'),
+                                               'consistency_amp.grid.registry._other_scale_note': ( 'registry.html#_other_scale_note',
+                                                                                                    'consistency_amp/grid/registry.py'),
                                                'consistency_amp.grid.registry._print_table': ( 'registry.html#_print_table',
                                                                                                'consistency_amp/grid/registry.py'),
                                                'consistency_amp.grid.registry.argument_parser': ( 'registry.html#argument_parser',

@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from ..core import check_choice
+from ..files import repo_root
 from .manifest import accumulation_steps, DATA_ROOT_PLACEHOLDER, Manifest, manifest
 from .status import _records, LAUNCHABLE, manifest_status, spec_status
 from ..training.run_records import read_run
@@ -187,6 +188,8 @@ def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = Non
         mode = "print"
     if mode == "print":
         print(f"# {len(todo)} run(s) to launch at the {scale} scale (runs_dir {runs})", file=file)
+        if todo and (repo := repo_root()):   # the commands name configs/ and nbs/ as the checkout holds them
+            print(f"# run them from the repository root, {repo}", file=file)
         for spec in todo:
             print(f"# {spec['name']}: {spec['status']}" + (f" ({spec['detail']})" if spec["detail"] else ""), file=file)
             print(run_command(spec, runs_dir, launcher=launcher,
@@ -219,6 +222,9 @@ def launcher_lock(runs: Path):
 def _not_launched(s, m: Manifest, runs_dir, launcher: str = "python") -> str:
     "The line of a run the launcher leaves alone (a status row `s`); for an evaluation file that is not the one needed, with the command that writes it again."
     line = f"not launched, {s.status}: {s.run}: {s.detail}"
+    if s.status in ("mismatch", "damaged") and s.found:   # never trained over: the folder is the user's to move or replace
+        line += (f"\n  to train it as the figures need: move {s.found} out of the runs folder, or add --overwrite to its "
+                 "training command (deletes it)")
     if s.status == "eval_incomplete" and s.run in m.runs:   # a launch never overwrites it: written again only when asked
         evaluator = "papermill" if launcher == "papermill" else "python"
         line += f"\n  to write it again: {eval_command(m.runs[s.run], runs_dir, launcher=evaluator, overwrite=True)}"

@@ -18,7 +18,7 @@ from ..core import SCALES, accept_both_spellings
 from .launcher import ACCELERATE_CONFIG, launch_missing, LAUNCHERS, missing_runs
 from .manifest import check_figures, EXTERNAL_BASELINES, SCALE_SETTINGS, manifest
 from .results import results_table
-from .status import manifest_status, status_summary
+from .status import LAUNCHABLE, manifest_status, status_summary
 from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
@@ -50,7 +50,7 @@ def argument_parser() -> argparse.ArgumentParser:
                                      description="The runs behind every paper figure: status, missing runs, launcher.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=COMMANDS_HELP)
     parser.add_argument("command", choices=("status", "missing", "launch", "table"), help="what to do (see below)")
-    parser.add_argument("--scale", choices=SCALES, default="mini", help="which runs: the toy-size stand-ins (mini, default) "
+    parser.add_argument("--scale", choices=SCALES, default=None, help="which runs: the toy-size stand-ins (mini, default) "
                         "or the paper's (paper: commands are printed, never run here)")
     parser.add_argument("--runs-dir", default=None, help="default: $CONSISTENCY_AMP_RUNS or <repo>/runs")
     parser.add_argument("--figures", default=None, help="comma-separated figure ids (default: all), e.g. 2,3,appendix_c")
@@ -95,9 +95,21 @@ def _print_table(a, margs: dict) -> int:
     return 0
 
 # %% ../../nbs/57_registry.ipynb #00c5e7e7
+def _other_scale_note(runs_dir) -> str:
+    "A note for a command left at --scale mini by default when the runs folder holds paper-scale runs and no mini one; '' otherwise."
+    from consistency_amp.training.run_records import list_runs
+    scales = [(r.params or {}).get("scale") for r in list_runs(runs_dir)]
+    if "paper" not in scales or "mini" in scales: return ""
+    return (f"the runs folder holds {scales.count('paper')} paper-scale run(s) and no mini one, and --scale is mini by "
+            "default: --scale paper reads them")
+
 def main(argv: list[str] | None = None) -> int:
     "Entry point of `python -m consistency_amp.grid.registry`; the exit status (1 when a launched run failed)."
     a = argument_parser().parse_args(argv)
+    note, a.scale = ("" if a.scale else _other_scale_note(a.runs_dir)), a.scale or "mini"
+    if note and a.command == "launch" and not a.print_only:   # would train mini runs into a folder of paper runs
+        raise ValueError(f"{note}; give --scale mini to train the mini runs into it all the same")
+    if note: print(f"({note})")
     if a.figures is not None and not check_figures(a.figures):   # before anything is read or said about the runs
         raise ValueError(f"--figures {a.figures!r} names no figure; e.g. --figures 2,3 (leave it out for all)")
     overrides = {k: v for k, v in dict(steps=a.steps, joint_steps=a.joint_steps, max_examples=a.max_examples,
@@ -114,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         todo = missing_runs(a.scale, a.runs_dir, figures=a.figures, **margs)
         for spec in todo: print(f"{spec['status']:<12} {spec['name']}" + (f"  ({spec['detail']})" if spec["detail"] else ""))
         print(f"{len(todo)} run(s) to launch at the {a.scale} scale")
+        st = manifest_status(a.scale, a.runs_dir, figures=a.figures, **margs)
+        if len(held := st[~st.status.isin(LAUNCHABLE + ("complete",))].drop_duplicates("run")):   # they block figures too
+            print(f"{len(held)} more not launched ({', '.join(f'{n} {s}' for s, n in held.status.value_counts().items())}): "
+                  "`status` or `launch --print` says why")
         return 0
     start = time.perf_counter()
     if a.print_only or a.scale == "paper":                # `... | head` closes the pipe early: not an error

@@ -134,10 +134,12 @@ def _identity_params(record: RunRecord) -> dict | None:
 def spec_status(spec: dict, records: dict[str, RunRecord], need: dict | None = None) -> dict:
     "Where `spec` stands among `records` ({name: RunRecord}) for `need` (one figure's {pairs, examples}; default: all its figures)."
     out = dict(status="missing", found=None, exists=False, detail="")
-    if spec["kind"] == "external" and not spec.get("model"):
-        key = spec["external"]
-        return out | dict(status="needs_model", detail=f"give its checkpoint: external_models={{'{key}': '<hub id or "
-                          f"folder>'}} or --external {key}=<hub id or folder>")
+    if spec["kind"] == "external" and not spec.get("model"):   # evaluated before: its checkpoint is the one its params name
+        if not (model := ((stored := records.get(spec["name"])) and (stored.params or {}).get("model"))):
+            key = spec["external"]
+            return out | dict(status="needs_model", detail=f"give its checkpoint: external_models={{'{key}': '<hub id or "
+                              f"folder>'}} or --external {key}=<hub id or folder>")
+        spec = dict(spec, model=model)
     record = records.get(spec["name"])
     if record is None:                        # the same run under another name?
         record = next((r for r in records.values() if r.params and r.complete
