@@ -18,7 +18,7 @@ from ..core import SCALES, accept_both_spellings
 from .launcher import ACCELERATE_CONFIG, launch_missing, LAUNCHERS, missing_runs
 from .manifest import check_figures, EXTERNAL_BASELINES, SCALE_SETTINGS, manifest
 from .results import results_table
-from .status import LAUNCHABLE, manifest_status, status_summary
+from .status import LAUNCHABLE, figure_results, manifest_status, status_summary
 from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
@@ -79,9 +79,10 @@ def argument_parser() -> argparse.ArgumentParser:
 def _print_table(a, margs: dict) -> int:
     "`table`: every evaluated run under the runs folder, or with --figures the runs those figures read at --scale."
     table = results_table(a.runs_dir)
-    if a.figures is not None:
-        needs = manifest(a.scale, **margs).figures
-        table = table[table["run"].isin({name for f in check_figures(a.figures) for name in needs[f]["needs"]})]
+    if a.figures is not None:   # the rows each figure draws: its complete runs with the evaluation it needs (figure_results)
+        m = manifest(a.scale, **margs)
+        table = pd.concat([figure_results(f, a.scale, a.runs_dir, manifest_=m, table=table) for f in check_figures(a.figures)],
+                          ignore_index=True)
     if a.csv:
         try: table.to_csv(a.csv, index=False)
         except OSError as e: raise ValueError(f"--csv {a.csv}: cannot write it ({e.strerror or e})") from None
