@@ -19,7 +19,9 @@ TRAIN = [sys.executable, "-m", "consistency_amp.training.train"]
 
 
 def run(args, tmp_path, timeout=600):
-    env = os.environ | {"CONSISTENCY_AMP_RUNS": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1"}
+    # PYTHONFAULTHANDLER: a native crash prints the Python stack (one CI run, 2026-11-28, saw this command end in
+    # SIGSEGV under load after loading the weights, with no trace; it did not recur in 3 + 3 x 2 reruns)
+    env = os.environ | {"CONSISTENCY_AMP_RUNS": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     return subprocess.run(TRAIN + args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
