@@ -194,8 +194,7 @@ def check_paired_dataset(dataset) -> None:
     "Raise, naming the column and the row, unless `dataset` is a non-empty paired `datasets.Dataset`: its first row in full, every row's stored scalar columns, prompts and image paths (rows built when read, as `spatial_pair_dataset`'s, are checked as they are read)."
     _check_dataset_type(dataset)
     if len(dataset) == 0: raise ValueError("the paired dataset has no rows")
-    _check_column_names(dataset.column_names, "the paired dataset")
-    check_pair_row(dataset[0], 0)
+    check_pair_row(dataset[0], 0)                        # row 0's keys are the columns: TRL's `images` is found there
     plain = dataset.with_format(None)                    # the stored values: no transform, no image decoding
     stored = {c: plain[c] for c in _SCALARS if c in dataset.column_names}
     for index in range(len(dataset)): _check_answers({c: v[index] for c, v in stored.items()}, f"paired dataset row {index}")
