@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
 # vLLM with the paired trainer on a lent GPU machine (issue 23): assemble vLLM 0.26.0 from the parts carried by the
-# earlier calls (tools/pack_vllm_for_device.sh; one call per part copies it to .vllm/received, which the machine keeps
-# between calls while it stays warm: an ignored path not carried), install it beside the
+# earlier calls (tools/pack_vllm_for_device.sh; one call per part copies it to $PARTS, /tmp/vllm_parts, which the
+# machine keeps between calls while it stays warm; session 38 found that a folder inside the checkout is not kept:
+# .vllm/received held only the last call's part), install it beside the
 # carried wheels (.whl), then time a real training step through TRL's vLLM generation (colocate) and an evaluation
 # through `--backend vllm`, each under its own time limit. Everything lands in $OUT.
 #
-#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=150 LORA_EVAL_TIMEOUT=100 BUDGET=570 bash benchmarks/vllm_device_check.sh
+#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=150 LORA_EVAL_TIMEOUT=150 BUDGET=570 bash benchmarks/vllm_device_check.sh
 #                                                  # carry [".whl", ".vllm/sums"], timeout_s 590
 # 7B colocated: its training peaks at 63 GiB beside the engine's 35% share of an 80 GB card, so the engine must sleep
 # (TRL frees its weights and KV cache while the trainer runs, and re-sends the weights before each generation):
 #   ARCH=7B TRAINER_ARGS='{"vllm_enable_sleep_mode": true}' bash benchmarks/vllm_device_check.sh
 # On an H200 (139 GiB) the same sum, 63 GiB beside 35% of 139 (49 GiB), leaves room without sleep (arithmetic, not a
 # run), so the paper's configuration can be timed as issue 23's targets ask (7B, 512 tokens):
-#   ARCH=7B LENGTH=512 STEPS=3 bash benchmarks/vllm_device_check.sh
+#   ARCH=7B LENGTH=512 STEPS=3 STEP_TIMEOUT=330 BUDGET=575 bash benchmarks/vllm_device_check.sh
 # The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts".
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
-ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-150}; LORA_EVAL_TIMEOUT=${LORA_EVAL_TIMEOUT:-100}
+PARTS=${PARTS:-/tmp/vllm_parts}   # where the part calls copied the parts: outside the checkout
+ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-150}; LORA_EVAL_TIMEOUT=${LORA_EVAL_TIMEOUT:-150}
 BUDGET=${BUDGET:-570}   # seconds for the whole script: each evaluation is cut to what is left of it (the call allows 600)
 within() { local left=$((BUDGET - SECONDS)); echo $(( left < $1 ? (left > 0 ? left : 1) : $1 )); }
-cd "$REPO/.vllm/received" 2>/dev/null && cat part_* > /tmp/site.tar.xz && cd /tmp && sha256sum -c "$REPO/.vllm/sums/SHA256SUMS" ||
-  { echo "vllm_device_check: the parts in .vllm/received are incomplete (the machine was released between calls?):";
-    ls -la "$REPO/.vllm/received"; exit 2; }
+cd "$PARTS" 2>/dev/null && cat part_* > /tmp/site.tar.xz && cd /tmp && sha256sum -c "$REPO/.vllm/sums/SHA256SUMS" ||
+  { echo "vllm_device_check: the parts in $PARTS are incomplete (the machine was released between calls?):";
+    ls -la "$PARTS"; exit 2; }
 mkdir -p /tmp/vsite && xz -T0 -dc site.tar.xz | tar -C /tmp/vsite -xf - && rm site.tar.xz || exit 2
 cd "$REPO"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
@@ -33,7 +35,7 @@ python3 -c "import torch, vllm, trl; print('vllm', vllm.__version__, 'torch', to
   > "$OUT/vllm_import.txt" 2>&1; echo "import rc $?"; tail -3 "$OUT/vllm_import.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$OUT/vllm_import.txt"
 log=$OUT/step_time_${ARCH}_${LENGTH}_vllm.log
-timeout "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings minimal \
+timeout -k 15 "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings minimal \
   --use-vllm colocate --steps "$STEPS" --warmup 1 --trainer-args "${TRAINER_ARGS:-{\}}" \
   --json "$OUT/step_time_${ARCH}_${LENGTH}_vllm.json" > "$log" 2>&1
 echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|^GPU|Error|error" "$log" | tail -13
@@ -45,15 +47,23 @@ python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH"
 python3 -c "from consistency_amp.world.synthetic import SyntheticConfig, make_synthetic_world as make
 make('/tmp/test-world', SyntheticConfig(n_images_per_split={'test': 240}, sources=('SUNRGBD',)))" > "$OUT/test_world.log" 2>&1 ||
   { echo "test world failed"; tail -3 "$OUT/test_world.log"; }
+# Session 38 (H200): the evaluation without an adapter ran (161 questions, 91 s of engine start), but the one with the
+# adapter, started next, printed nothing after the engine's distributed start within 100 s, nor alone within 160 s,
+# and `timeout`'s SIGTERM did not end it: the call's own limit did. So the adapter's evaluation now runs first (is it
+# the adapter, or what the evaluation before it left on the GPU?), the GPU's processes are listed before each, vLLM
+# logs at DEBUG, and the time limit sends SIGABRT, on which Python's faulthandler (PYTHONFAULTHANDLER) prints every
+# thread's stack, in the engine's process too (`timeout` signals its whole process group), then SIGKILL 15 s later.
+evaluate() {   # evaluate LABEL LIMIT ARGS...: one evaluation through vLLM, its log in $OUT/eval_vllm_${ARCH}LABEL.log
+  local label=$1 limit=$2 log=$OUT/eval_vllm_${ARCH}$1.log start=$(date +%s); shift 2
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv > "$log" 2>&1
+  echo "GPU processes before the evaluation$label: $(tail -n +2 "$log" | tr '\n' ' ')"
+  PYTHONFAULTHANDLER=1 VLLM_LOGGING_LEVEL=DEBUG timeout -s ABRT -k 15 "$(within "$limit")" python3 -m consistency_amp.evaluation.evaluate \
+    --model "/tmp/random-$ARCH" --backend vllm --sources SUNRGBD --data_root /tmp/test-world --consistency_samples 0 \
+    --runs_dir /tmp/vllm_runs "$@" >> "$log" 2>&1
+  echo "evaluation$label rc $? in $(( $(date +%s) - start )) s (engine start included)"
+  grep -v "^\s*$" "$log" | grep -v "DEBUG" | tail -11
+}
+# a run's evaluation: the model with a LoRA adapter as the trainer saves one, served as a LoRARequest
+evaluate _lora "$LORA_EVAL_TIMEOUT" --adapter "/tmp/random-$ARCH-lora" --tasks depth --max_examples 50
 # random weights never end an answer, so each runs to the 512 new tokens: an upper bound of a trained model's time
-log=$OUT/eval_vllm_${ARCH}.log; start=$(date +%s)
-timeout "$(within "$EVAL_TIMEOUT")" python3 -m consistency_amp.evaluation.evaluate --model "/tmp/random-$ARCH" --backend vllm \
-  --sources SUNRGBD --data_root /tmp/test-world --max_examples 30 --consistency_samples 0 --runs_dir /tmp/vllm_runs \
-  > "$log" 2>&1
-echo "evaluation rc $? in $(( $(date +%s) - start )) s (engine start included)"; grep -v "^\s*$" "$log" | tail -11
-# a run's evaluation: the same model with a LoRA adapter as the trainer saves one, served as a LoRARequest
-log=$OUT/eval_vllm_${ARCH}_lora.log; start=$(date +%s)
-timeout "$(within "$LORA_EVAL_TIMEOUT")" python3 -m consistency_amp.evaluation.evaluate --model "/tmp/random-$ARCH" \
-  --adapter "/tmp/random-$ARCH-lora" --backend vllm --tasks depth --sources SUNRGBD --data_root /tmp/test-world \
-  --max_examples 50 --consistency_samples 0 --runs_dir /tmp/vllm_runs > "$log" 2>&1
-echo "evaluation with a LoRA adapter rc $? in $(( $(date +%s) - start )) s (engine start included)"; grep -v "^\s*$" "$log" | tail -6
+evaluate "" "$EVAL_TIMEOUT" --max_examples 30
