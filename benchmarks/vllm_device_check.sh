@@ -14,17 +14,24 @@
 # On an H200 (139 GiB) the same sum, 63 GiB beside 35% of 139 (49 GiB), leaves room without sleep (arithmetic, not a
 # run), so the paper's configuration can be timed as issue 23's targets ask (7B, 512 tokens):
 #   ARCH=7B LENGTH=512 STEPS=3 STEP_TIMEOUT=330 BUDGET=575 bash benchmarks/vllm_device_check.sh
-# The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts".
+# Two calls on one warm machine (a 7B check does not fit one): STAGES=step, then STAGES=eval (vLLM stays unpacked).
+# The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts" and "For the next GPU session".
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
 PARTS=${PARTS:-/tmp/vllm_parts}   # where the part calls copied the parts: outside the checkout
 ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-150}; LORA_EVAL_TIMEOUT=${LORA_EVAL_TIMEOUT:-150}
+# the stages this call runs: 'step' (the training step) and 'eval' (the evaluations); a 7B check may need two calls
+# on one warm machine, STAGES=step then STAGES=eval: the second finds vLLM unpacked and the random model saved
+STAGES=${STAGES:-step eval}
+for stage in $STAGES; do case $stage in step|eval) ;; *) echo "vllm_device_check: STAGES holds '$stage'; the choices are step and eval"; exit 2;; esac; done
 BUDGET=${BUDGET:-570}   # seconds for the whole script: each evaluation is cut to what is left of it (the call allows 600)
 within() { local left=$((BUDGET - SECONDS)); echo $(( left < $1 ? (left > 0 ? left : 1) : $1 )); }
-cd "$PARTS" 2>/dev/null && cat part_* > /tmp/site.tar.xz && cd /tmp && sha256sum -c "$REPO/.vllm/sums/SHA256SUMS" ||
-  { echo "vllm_device_check: the parts in $PARTS are incomplete (the machine was released between calls?):";
-    ls -la "$PARTS"; exit 2; }
-mkdir -p /tmp/vsite && xz -T0 -dc site.tar.xz | tar -C /tmp/vsite -xf - && rm site.tar.xz || exit 2
+if [ -d /tmp/vsite/vllm ]; then echo "vLLM already unpacked in /tmp/vsite (an earlier call on this machine)"; else
+  cd "$PARTS" 2>/dev/null && cat part_* > /tmp/site.tar.xz && cd /tmp && sha256sum -c "$REPO/.vllm/sums/SHA256SUMS" ||
+    { echo "vllm_device_check: the parts in $PARTS are incomplete (the machine was released between calls?):";
+      ls -la "$PARTS"; exit 2; }
+  mkdir -p /tmp/vsite.new && xz -T0 -dc site.tar.xz | tar -C /tmp/vsite.new -xf - && mv /tmp/vsite.new /tmp/vsite && rm site.tar.xz || exit 2
+fi
 cd "$REPO"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
 # the vLLM parts bring transformers 5.22.2 (vllm_device_requirements.txt: vLLM 0.26 fails with 5.23 and later)
@@ -35,16 +42,20 @@ python3 -c "import torch, vllm, trl; print('vllm', vllm.__version__, 'torch', to
   > "$OUT/vllm_import.txt" 2>&1; echo "import rc $?"; tail -3 "$OUT/vllm_import.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$OUT/vllm_import.txt"
 log=$OUT/step_time_${ARCH}_${LENGTH}_vllm.log
+if [[ " $STAGES " == *" step "* ]]; then
 timeout -k 15 "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings minimal \
   --use-vllm colocate --steps "$STEPS" --warmup 1 --trainer-args "${TRAINER_ARGS:-{\}}" \
   --json "$OUT/step_time_${ARCH}_${LENGTH}_vllm.json" > "$log" 2>&1
 echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|^GPU|Error|error" "$log" | tail -13
-python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH" --adapter-out "/tmp/random-$ARCH-lora" \
+fi
+[[ " $STAGES " == *" eval "* ]] || exit 0
+# save_random_model.py never writes over a folder: a second call finds the first one's
+[ -d "/tmp/random-$ARCH-lora" ] || python3 benchmarks/save_random_model.py --arch "$ARCH" --out "/tmp/random-$ARCH" --adapter-out "/tmp/random-$ARCH-lora" \
   > "$OUT/save_random_model.log" 2>&1 || { echo "save_random_model failed"; tail -5 "$OUT/save_random_model.log"; }
 # the built-in world's test split holds 7 depth questions, too few to time answering apart from the engine's start: a
 # test world of 240 indoor images has 225 questions over the six tasks (46 of depth; at most 30 a task: 161), built in
 # 4.5 s on the development machine's 2 CPU cores
-python3 -c "from consistency_amp.world.synthetic import SyntheticConfig, make_synthetic_world as make
+[ -d /tmp/test-world ] || python3 -c "from consistency_amp.world.synthetic import SyntheticConfig, make_synthetic_world as make
 make('/tmp/test-world', SyntheticConfig(n_images_per_split={'test': 240}, sources=('SUNRGBD',)))" > "$OUT/test_world.log" 2>&1 ||
   { echo "test world failed"; tail -3 "$OUT/test_world.log"; }
 # Session 38 (H200): the evaluation without an adapter ran (161 questions, 91 s of engine start), but the one with the
