@@ -13,8 +13,9 @@
 #   ARCH=7B TRAINER_ARGS='{"vllm_enable_sleep_mode": true}' bash benchmarks/vllm_device_check.sh
 # On an H200 (139 GiB) the same sum, 63 GiB beside 35% of 139 (49 GiB), leaves room without sleep (arithmetic, not a
 # run), so the paper's configuration can be timed as issue 23's targets ask (7B, 512 tokens):
-#   ARCH=7B LENGTH=512 STEPS=3 STEP_TIMEOUT=330 BUDGET=575 bash benchmarks/vllm_device_check.sh
-# Two calls on one warm machine (a 7B check does not fit one): STAGES=step, then STAGES=eval (vLLM stays unpacked).
+#   STAGES=step ARCH=7B LENGTH=512 STEPS=3 STEP_TIMEOUT=380 BUDGET=390 bash benchmarks/vllm_device_check.sh
+#   STAGES=eval ARCH=7B BUDGET=<the seconds left, less 30> bash benchmarks/vllm_device_check.sh
+# (two calls on one warm machine: a 7B check does not fit one; the second finds vLLM unpacked)
 # The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts" and "For the next GPU session".
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
