@@ -42,6 +42,8 @@ export PYTHONPATH=/tmp/site:/tmp/vsite:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHIN
 python3 -c "import torch, vllm, trl; print('vllm', vllm.__version__, 'torch', torch.__version__, 'trl', trl.__version__)" \
   > "$OUT/vllm_import.txt" 2>&1; echo "import rc $?"; tail -3 "$OUT/vllm_import.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$OUT/vllm_import.txt"
+# session 38's GPU logs held none of vLLM's own INFO lines, which its CPU build prints: the machine's VLLM_* settings
+{ echo "the machine's VLLM_* environment:"; env | grep '^VLLM_' | grep -v '^VLLM_USE_FLASHINFER_SAMPLER='; } >> "$OUT/vllm_import.txt"
 log=$OUT/step_time_${ARCH}_${LENGTH}_vllm.log
 if [[ " $STAGES " == *" step "* ]]; then
 timeout -k 15 "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings minimal \
@@ -69,7 +71,7 @@ evaluate() {   # evaluate LABEL LIMIT ARGS...: one evaluation through vLLM, its 
   local label=$1 limit=$2 log=$OUT/eval_vllm_${ARCH}$1.log start=$(date +%s); shift 2
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv > "$log" 2>&1
   echo "GPU processes before the evaluation$label: $(tail -n +2 "$log" | tr '\n' ' ')"
-  PYTHONFAULTHANDLER=1 VLLM_LOGGING_LEVEL=DEBUG timeout -s ABRT -k 15 "$(within "$limit")" python3 -m consistency_amp.evaluation.evaluate \
+  PYTHONFAULTHANDLER=1 VLLM_CONFIGURE_LOGGING=1 VLLM_LOGGING_LEVEL=DEBUG timeout -s ABRT -k 15 "$(within "$limit")" python3 -m consistency_amp.evaluation.evaluate \
     --model "/tmp/random-$ARCH" --backend vllm --sources SUNRGBD --data_root /tmp/test-world --consistency_samples 0 \
     --runs_dir /tmp/vllm_runs "$@" >> "$log" 2>&1
   echo "evaluation$label rc $? in $(( $(date +%s) - start )) s (engine start included)"
