@@ -74,10 +74,18 @@ evaluate() {   # evaluate LABEL LIMIT ARGS...: one evaluation through vLLM, its 
   PYTHONFAULTHANDLER=1 VLLM_CONFIGURE_LOGGING=1 VLLM_LOGGING_LEVEL=DEBUG timeout -s ABRT -k 15 "$(within "$limit")" python3 -m consistency_amp.evaluation.evaluate \
     --model "/tmp/random-$ARCH" --backend vllm --sources SUNRGBD --data_root /tmp/test-world --consistency_samples 0 \
     --runs_dir /tmp/vllm_runs "$@" >> "$log" 2>&1
-  echo "evaluation$label rc $? in $(( $(date +%s) - start )) s (engine start included)"
+  local rc=$?
+  echo "evaluation$label rc $rc in $(( $(date +%s) - start )) s (engine start included)"
   grep -v "^\s*$" "$log" | grep -v "DEBUG" | tail -11
+  return $rc
 }
 # a run's evaluation: the model with a LoRA adapter as the trainer saves one, served as a LoRARequest
 evaluate _lora "$LORA_EVAL_TIMEOUT" --adapter "/tmp/random-$ARCH-lora" --tasks depth --max_examples 50
+# a lead, should it stall again: on a GPU vLLM 0.26 runs Qwen2.5-VL on its "Model Runner V2" (vllm/config/vllm.py,
+# use_v2_model_runner), which has its own LoRA code (vllm/v1/worker/gpu/lora_utils.py); the CPU build, where the adapter's
+# evaluation always ran, has no Triton and falls back to the V1 runner. So the same evaluation on the V1 runner, in its
+# own run folder (the stalled one may hold the first's lock)
+case $? in 124|137) VLLM_USE_V2_MODEL_RUNNER=0 evaluate _lora_v1_runner "$LORA_EVAL_TIMEOUT" --adapter "/tmp/random-$ARCH-lora" \
+  --tasks depth --max_examples 50 --run_name "random-$ARCH-lora-v1-runner" ;; esac
 # random weights never end an answer, so each runs to the 512 new tokens: an upper bound of a trained model's time
 evaluate "" "$EVAL_TIMEOUT" --max_examples 30
