@@ -7,6 +7,8 @@
   untouched.
 * Invalid parameters fail in the validation cell, before any model is loaded, with the valid choices in the message,
   and create no run folder.
+* A signal to the kernel (a scheduler's SIGTERM) stops the run with a checkpoint and fails the notebook, so papermill
+  exits non-zero, as the training command does; `stop_after` ends it normally.
 * Resume: a run stopped after 2 of 4 steps and resumed ends where an uninterrupted run ends (same adapter tensors,
   same last log lines), through `consistency_amp.training.train.train_run` (the code the notebook runs). Completions are
   scripted (drawn with torch's RNG, so the resumed run must restore the RNG state) because the tiny model's own
@@ -14,12 +16,17 @@
 """
 import ast
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import fields
 from pathlib import Path
 
 import nbformat
 import papermill as pm
+import psutil
 import pytest
 
 from consistency_amp.training.run_callback import REQUIRED_LOG_FIELDS
@@ -242,3 +249,35 @@ def test_a_stopped_run_ends_the_notebook_cleanly_with_the_way_to_resume(tmp_path
     assert "interrupted at step 1 by stop_after=1; run this notebook again with -p resume True" in printed
     (run,) = runs.iterdir()
     assert read_run(run).state == "interrupted" and (run / "checkpoints" / "checkpoint-1").is_dir()
+
+
+def kernel_of(papermill: subprocess.Popen) -> int | None:
+    "The pid of the kernel that the papermill process started (its descendant running ipykernel), None before it has."
+    for child in psutil.Process(papermill.pid).children(recursive=True):
+        try:
+            if any("ipykernel" in part for part in child.cmdline()): return child.pid
+        except psutil.Error: continue
+    return None
+
+
+def test_a_signal_to_the_kernel_fails_the_notebook_so_papermill_exits_nonzero(tmp_path):
+    runs, name = tmp_path / "runs", "signalled"
+    parameters = TINY | dict(steps=500, save_steps=1000, runs_dir=str(runs), run_name=name)
+    command = [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", str(NOTEBOOK), str(tmp_path / "out.ipynb")]
+    for key, value in parameters.items(): command += ["-p", key, str(value)]
+    papermill = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline = runs / name / "train_log.jsonl", time.monotonic() + 300
+    try:
+        while not (log.is_file() and log.read_text().strip()):   # a step has been trained: the run's signal handler is set
+            assert papermill.poll() is None, papermill.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no training step logged in 300 s"
+            time.sleep(0.2)
+        os.kill(kernel_of(papermill), signal.SIGTERM)             # the kernel alone, as when a scheduler signals it
+        out, err = papermill.communicate(timeout=300)
+    finally:
+        if papermill.poll() is None: papermill.kill()
+    assert papermill.returncode != 0, err[-3000:]
+    assert "interrupted at step" in err and "by SIGTERM; run this notebook again with -p resume True" in err, err[-3000:]
+    record = read_run(runs / name)
+    assert record.state == "interrupted" and 1 <= record.resume_step < 500
+    assert (runs / name / "checkpoints" / f"checkpoint-{record.resume_step}").is_dir()
