@@ -65,8 +65,13 @@ def _accumulate(spec: dict, processes: int) -> dict:
     steps = accumulation_steps(spec, processes)
     return {"gradient_accumulation_steps": steps} if steps > 1 else {}
 
+def _accelerate_setup(spec: dict, config: str | None) -> str:
+    "accelerate's launch setting: `config`, else the paper's 8-GPU file at the paper scale and the CPU at the mini (its runs are the CPU's)."
+    config = config or (ACCELERATE_CONFIG if spec["scale"] == "paper" else None)
+    return f"--config_file {_q(config)}" if config else "--cpu"
+
 def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", save_steps: int = 50,
-                  accelerate_config: str = ACCELERATE_CONFIG) -> str:
+                  accelerate_config: str | None = None) -> str:
     "The shell command that trains (or resumes) the run of `spec` on its `num_processes` (papermill, python: one), accumulating the steps that make its global batch."
     check_choice("launcher", launcher, LAUNCHERS)
     processes = 1 if launcher in ONE_PROCESS_LAUNCHERS else spec["num_processes"]
@@ -83,7 +88,7 @@ def train_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", save
         return " ".join(["papermill nbs/train.ipynb", _q(out), "-k python3"]
                         + [f"-p {k} {_q(v)}" for k, v in params])
     head = {"torchrun": f"torchrun --nproc_per_node {processes} -m consistency_amp.training.train",
-            "accelerate": f"accelerate launch --config_file {_q(accelerate_config)} --num_processes {processes} "
+            "accelerate": f"accelerate launch {_accelerate_setup(spec, accelerate_config)} --num_processes {processes} "
                           "-m consistency_amp.training.train",
             "python": "python -m consistency_amp.training.train"}[launcher]
     recipe_flag = [f"--config {PAPER_RECIPE}"] if spec["scale"] == "paper" else []   # the flags after it override it
@@ -169,7 +174,7 @@ def _evaluate_here(spec: dict, runs: Path, folder: str) -> list[Path]:
 # %% ../../nbs/56_launcher.ipynb #450b8c9f
 def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = None, mode: str | None = None, *,
                    figures=None, launcher: str | None = None, data_root=None, external_models: dict | None = None,
-                   progress: bool = True, file=None, accelerate_config: str = ACCELERATE_CONFIG, **overrides) -> list[dict]:
+                   progress: bool = True, file=None, accelerate_config: str | None = None, **overrides) -> list[dict]:
     "Train and evaluate the missing runs (mini, mode 'run': here, resumable) or print one command per missing run."
     mode = mode or ("run" if scale == "mini" else "print")
     launcher = launcher or ("torchrun" if scale == "paper" else "python")   # print mode: how training is launched

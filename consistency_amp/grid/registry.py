@@ -57,8 +57,8 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--print", action="store_true", dest="print_only", help="launch: print the commands, run nothing")
     parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
                         help="print mode: how training is launched (default: torchrun at the paper scale, python at the mini)")
-    parser.add_argument("--accelerate-config", default=ACCELERATE_CONFIG, help=f"print mode with --launcher accelerate "
-                        f"(default: {ACCELERATE_CONFIG})")
+    parser.add_argument("--accelerate-config", default=None, help=f"print mode with --launcher accelerate "
+                        f"(default: {ACCELERATE_CONFIG} at the paper scale, --cpu at the mini)")
     parser.add_argument("--data-root", default=None, help="paper scale: the Omni3D root (default: $OMNI3D_ROOT in commands)")
     parser.add_argument("--external", action="append", default=[], metavar="KEY=MODEL",
                         help=f"an external baseline's checkpoint; keys: {', '.join(EXTERNAL_BASELINES)}")
