@@ -52,7 +52,8 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("command", choices=("status", "missing", "launch", "table"), help="what to do (see below)")
     parser.add_argument("--scale", choices=SCALES, default=None, help="which runs: the toy-size stand-ins (mini, default) "
                         "or the paper's (paper: commands are printed, never run here)")
-    parser.add_argument("--runs-dir", default=None, help="the runs folder (relative: from the repository root, as the training command takes it); default: $CONSISTENCY_AMP_RUNS or <repo>/runs")
+    parser.add_argument("--runs-dir", default=None, help="the runs folder (relative: from the repository root, as the "
+                        "training command takes it); default: $CONSISTENCY_AMP_RUNS or <repo>/runs")
     parser.add_argument("--figures", default=None, help="comma-separated figure ids (default: all), e.g. 2,3,appendix_c")
     parser.add_argument("--print", action="store_true", dest="print_only", help="launch: print the commands, run nothing")
     parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
