@@ -74,7 +74,7 @@ RELEASED_PARAMETERS = {"3B": 3_754_622_976, "7B": 8_292_166_656}
 # a 640 x 480 image becomes 644 x 476 pixels = 46 x 34 patches = 391 visual tokens after the 2 x 2 merge.
 RELEASED_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}
 PAPER_SECONDS = {"minimal": 23.2, "random": 22.9, "one_to_all": 23.1}   # Section 5.2, 7B, 8 H100, 4 pairs x K=8/device
-SECTIONS = ("generate", "rewards", "consistency", "pairing", "prepare_other", "loss_backward", "other")
+SECTIONS = ("generate", "rewards", "consistency", "pairing", "prepare_other", "no_grad_logps", "loss_backward", "other")
 
 
 def model_config(arch: str, tokenizer):
@@ -289,6 +289,13 @@ def timed(base):
         def _generate(self, prompts):
             with self.sections("generate"): return super()._generate(prompts)
 
+        def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+            # the passes without gradients are the ones made while preparing: the old policy's (TRL computes it for
+            # vLLM's importance-sampling correction, on by default, or for num_iterations > 1) and the reference
+            # model's (beta > 0); the loss pass has gradients. Part of "other prep" (session 38: 2 s of the vLLM step)
+            if torch.is_grad_enabled(): return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            with self.sections("no_grad_logps"): return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
             if self.scripted:   # random weights write no answers; the generated tokens still cost what they cost
                 completions = [[{"role": "assistant", "content": scripted_text(row["answer_type"], self.answer_rng)}]
@@ -404,7 +411,9 @@ def timed_trainer_class():
                 print(f"step {state.global_step}/{len(self.schedule)} {self.arm}: "
                       f"{now - self.last:.2f} s "
                       f"(generate {b['generate']:.2f}, loss+bwd {b['loss_backward']:.2f}, other prep "
-                      f"{b['prepare_other']:.2f}, rewards {b['rewards']:.3f}, pairing {b['pairing'] * 1e3:.2f} ms{peak})",
+                      f"{b['prepare_other']:.2f}"
+                      + (f" of which log-probs without gradients {b['no_grad_logps']:.2f}" if b["no_grad_logps"] else "")
+                      + f", rewards {b['rewards']:.3f}, pairing {b['pairing'] * 1e3:.2f} ms{peak})",
                       flush=True)
             self.last = now
 
@@ -520,11 +529,12 @@ def gpu_states_line(records) -> str | None:
 
 
 def breakdown(record: dict) -> dict:
-    "A step's seconds split into disjoint parts (generate, rewards, other prepare, loss + backward, the rest)."
-    t = dict.fromkeys(("prepare", "training_step", "generate", "rewards", "consistency", "pairing"), 0.0)
+    "A step's seconds split into disjoint parts (generate, rewards, other prepare, loss + backward, the rest), and three within them (consistency and pairing in rewards, the log-probabilities without gradients in other prepare)."
+    t = dict.fromkeys(("prepare", "training_step", "generate", "rewards", "consistency", "pairing", "no_grad_logps"), 0.0)
     t.update(record["sections"])
     return dict(generate=t["generate"], rewards=t["rewards"], consistency=t["consistency"], pairing=t["pairing"],
-                prepare_other=t["prepare"] - t["generate"] - t["rewards"], loss_backward=t["training_step"] - t["prepare"],
+                prepare_other=t["prepare"] - t["generate"] - t["rewards"], no_grad_logps=t["no_grad_logps"],   # within it
+                loss_backward=t["training_step"] - t["prepare"],
                 other=record["seconds"] - t["training_step"])
 
 

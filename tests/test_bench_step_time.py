@@ -63,6 +63,21 @@ def test_cpu_smoke_times_both_pairings(tmp_path):
     assert "over stock TRL" in stdout and any(line.startswith("stock_trl") for line in stdout.splitlines())
 
 
+def test_passes_without_gradients_are_timed_within_the_preparation(tmp_path):
+    "The old policy's pass (num_iterations 2, as vLLM's importance-sampling correction asks) is made without gradients while preparing: timed apart, inside 'other prep'."
+    # no warm-up: with two iterations, the second step trains on the first one's completions and prepares nothing
+    stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "0",
+                               "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal",
+                               "--trainer-args", '{"num_iterations": 2}')
+    (arm,) = result["pairings"].values()
+    assert 0 < arm["no_grad_logps_s"] <= arm["prepare_other_s"], arm
+    assert all("no_grad_logps" in r["sections"] for r in result["steps_record"])
+    assert "of which log-probs without gradients" in stdout
+    _, plain = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "0",
+                         "--completion-length", "8", "--pairs-per-device", "1", "--K", "2", "--pairings", "minimal")
+    assert plain["pairings"]["minimal"]["no_grad_logps_s"] == 0   # beta 0, one iteration, no vLLM: TRL makes no such pass
+
+
 def test_cpu_profile_and_image_cache_arms(tmp_path):
     "--profile records one extra, untimed step and prints its regions; --image-cache both interleaves cache-off arms."
     stdout, result = run_bench(tmp_path, "--arch", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1",
