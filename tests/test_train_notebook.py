@@ -272,7 +272,9 @@ def test_a_signal_to_the_kernel_fails_the_notebook_so_papermill_exits_nonzero(tm
             assert papermill.poll() is None, papermill.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "no training step logged in 300 s"
             time.sleep(0.2)
-        os.kill(kernel_of(papermill), signal.SIGTERM)             # the kernel alone, as when a scheduler signals it
+        kernel = kernel_of(papermill)
+        assert kernel is not None, "papermill's kernel process was not found"
+        os.kill(kernel, signal.SIGTERM)                          # the kernel alone, as when a scheduler signals it
         out, err = papermill.communicate(timeout=300)
     finally:
         if papermill.poll() is None: papermill.kill()

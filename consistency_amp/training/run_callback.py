@@ -191,6 +191,7 @@ def notebook_progress_class() -> type:
 # %% ../../nbs/33_run_callback.ipynb #92fa7d7a
 def mend_notebook_progress(trainer) -> None:
     "Swap the Trainer's `NotebookProgressCallback` (its progress bar in a notebook) for `notebook_progress_class()`; outside a notebook there is none, and nothing changes."
+    # by name: importing transformers' notebook module would import IPython in a plain script, which has no such bar
     found = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "NotebookProgressCallback"]
     for callback in found: trainer.remove_callback(callback)
     if found: trainer.add_callback(notebook_progress_class())
