@@ -16,8 +16,7 @@ from .runs import append_jsonl, jsonable, TRAIN_LOG_FILE, truncate_train_log, wr
 
 # %% auto #0
 __all__ = ['LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'STOP_SIGNALS', 'is_step_log', 'train_log_record',
-           'TrainLogWriter', 'run_callback_class', 'run_callback', 'StopRequest', 'agreed_signal', 'stop_signal_of',
-           'notebook_progress_class', 'mend_notebook_progress']
+           'TrainLogWriter', 'run_callback_class', 'run_callback', 'StopRequest', 'agreed_signal', 'stop_signal_of']
 
 # %% ../../nbs/33_run_callback.ipynb #a30913e3
 LOG_FIELDS = {  # contract field: the TRL / OTGRPOTrainer metrics it is read from, first present wins
@@ -173,25 +172,3 @@ def agreed_signal(signum: int | None, device=None) -> int | None:
 def stop_signal_of(trainer) -> int | None:
     "The signal that stopped `trainer` early (the `RunCallback`'s), None if it was not stopped by one."
     return next((c.stop_signal for c in trainer.callback_handler.callbacks if hasattr(c, "stop_signal")), None)
-
-# %% ../../nbs/33_run_callback.ipynb #029c6247
-@cache
-def notebook_progress_class() -> type:
-    "transformers' `NotebookProgressCallback`, ending cleanly when training stops at the bar's second step (imports transformers on first use)."
-    from transformers.utils.notebook import NotebookProgressCallback
-
-    class NotebookProgress(NotebookProgressCallback):
-        def on_train_end(self, args, state, control, **kwargs):
-            tracker = self.training_tracker
-            if tracker is not None and state.global_step <= (getattr(tracker, "start_value", None) or 0):
-                tracker.predicted_remaining = None   # else the bar divides by the rate its update has just set to None
-            return super().on_train_end(args, state, control, **kwargs)
-    return NotebookProgress
-
-# %% ../../nbs/33_run_callback.ipynb #92fa7d7a
-def mend_notebook_progress(trainer) -> None:
-    "Swap the Trainer's `NotebookProgressCallback` (its progress bar in a notebook) for `notebook_progress_class()`; outside a notebook there is none, and nothing changes."
-    # by name: importing transformers' notebook module would import IPython in a plain script, which has no such bar
-    found = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "NotebookProgressCallback"]
-    for callback in found: trainer.remove_callback(callback)
-    if found: trainer.add_callback(notebook_progress_class())

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..reward.ssl import ssl_accuracy_reward_func, ssl_format_reward_func
+from .trainer import mend_notebook_progress
 
 # %% auto #0
 __all__ = ['ROW_KEYS', 'ssl_dataset', 'ssl_config', 'ssl_trainer']
@@ -43,6 +44,8 @@ def ssl_config(settings: dict, pairs_per_device: int):
 def ssl_trainer(model, args, examples, processing_class=None, peft_config=None, callbacks=None):
     "TRL's `GRPOTrainer` on the rows of `examples` with the format reward and the pretext task's reward."
     from trl import GRPOTrainer
-    return GRPOTrainer(model=model, reward_funcs=[ssl_format_reward_func, ssl_accuracy_reward_func], args=args,
-                       train_dataset=ssl_dataset(examples), processing_class=processing_class,
-                       peft_config=peft_config, callbacks=callbacks)
+    trainer = GRPOTrainer(model=model, reward_funcs=[ssl_format_reward_func, ssl_accuracy_reward_func], args=args,
+                          train_dataset=ssl_dataset(examples), processing_class=processing_class,
+                          peft_config=peft_config, callbacks=callbacks)
+    mend_notebook_progress(trainer)   # in Jupyter, as OTGRPOTrainer's: a run stopped at its second step ends cleanly
+    return trainer

@@ -16,7 +16,7 @@ from .run_lock import release_run_lock
 from .runs import (ADAPTER_WEIGHTS, check_startable, checkpoint_step, CHECKPOINTS_DIR, create_run, effective_state, last_checkpoint, run_path,
                                            TRAINER_STATE_FILE, write_status)
 from .model_card import save_final_adapter   # (train.save_final_adapter stays importable)
-from .run_callback import mend_notebook_progress, run_callback, StopRequest
+from .run_callback import run_callback, StopRequest
 from ..reward.ssl import SSL_TASKS
 from ..core import console_logging
 from .run_callback import stop_signal_of
@@ -187,7 +187,6 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
                                   callbacks=[callback])
         else: trainer = OTGRPOTrainer(model, config, examples, processing_class=processor, peft_config=peft_config,
                                       make_pair=make_pair, callbacks=[callback])
-        mend_notebook_progress(trainer)           # in a notebook, a run stopped at its second step ends cleanly
         if checkpoint is not None and main: _logger.info(f"resuming {run_dir.name} from {checkpoint.name}")
         if checkpoint is not None and checkpoint_step(checkpoint) >= params.steps:   # killed after the last checkpoint
             finished_checkpoint(trainer, checkpoint)

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import torch
@@ -41,7 +42,8 @@ from ..reward.verifiers import (
 # %% auto #0
 __all__ = ['SIDES', 'ANSWER_FORMAT_HINT', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler',
            'paired_sampler', 'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards',
-           'consistency_reward_placeholder', 'paired_prompts', 'OTGRPOTrainer']
+           'consistency_reward_placeholder', 'paired_prompts', 'notebook_progress_class', 'mend_notebook_progress',
+           'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
 @dataclass
@@ -275,6 +277,28 @@ def paired_prompts(train_dataset, args: OTGRPOConfig, make_pair: Callable[..., P
         train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
     return PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
 
+# %% ../../nbs/27_trainer.ipynb #029c6247
+@cache
+def notebook_progress_class() -> type:
+    "transformers' `NotebookProgressCallback`, ending cleanly when training stops at the bar's second step (imports transformers on first use)."
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    class NotebookProgress(NotebookProgressCallback):
+        def on_train_end(self, args, state, control, **kwargs):
+            tracker = self.training_tracker
+            if tracker is not None and state.global_step <= (getattr(tracker, "start_value", None) or 0):
+                tracker.predicted_remaining = None   # else the bar divides by the rate its update has just set to None
+            return super().on_train_end(args, state, control, **kwargs)
+    return NotebookProgress
+
+# %% ../../nbs/27_trainer.ipynb #92fa7d7a
+def mend_notebook_progress(trainer) -> None:
+    "Swap the Trainer's `NotebookProgressCallback` (its progress bar in a notebook) for `notebook_progress_class()`; outside a notebook there is none, and nothing changes."
+    # by name: importing transformers' notebook module would import IPython in a plain script, which has no such bar
+    found = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "NotebookProgressCallback"]
+    for callback in found: trainer.remove_callback(callback)
+    if found: trainer.add_callback(notebook_progress_class())
+
 # %% ../../nbs/27_trainer.ipynb #966b8c7b
 ANSWER_FORMAT_HINT = ("the rewards parse <think>...</think><answer>...</answer> with True or False, or a non-negative number, "
                       "in the answer tags, so every task reward is 0 and nothing is learned; ask for that format in the "
@@ -314,6 +338,7 @@ class OTGRPOTrainer(GRPOTrainer):
             warnings.warn("fused_rms_norm=True, but the model has no RMSNorm of transformers' form to fuse")
         if args.compile_generation: self.generation_config.disable_compile = False   # TRL's HF generation sets it True
         if args.use_vllm: adapt_vllm_generation(self.vllm_generation, args.vllm_mode)   # TRL 1.16's two gaps with images
+        mend_notebook_progress(self)   # in Jupyter, a run stopped at its second step ends without transformers' TypeError
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         "`Trainer.train`, refusing what Trainer does silently: a fresh start into an `output_dir` that holds an earlier run's checkpoints (it writes over them), and a resume from a checkpoint already at `max_steps` (it trains one step more); `resume_from_checkpoint=True` takes the newest complete checkpoint (Trainer's own pick may be a save cut off by a kill)."
