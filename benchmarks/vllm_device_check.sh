@@ -6,7 +6,7 @@
 # carried wheels (.whl), then time a real training step through TRL's vLLM generation (colocate) and a run's
 # evaluation through `--backend vllm` and `vllm-lora`, each under its own time limit. Everything lands in $OUT.
 #
-#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=300 LORA_EVAL_TIMEOUT=150 BUDGET=570 bash benchmarks/vllm_device_check.sh
+#   ARCH=3B STEP_TIMEOUT=300 EVAL_TIMEOUT=330 LORA_EVAL_TIMEOUT=150 BUDGET=570 bash benchmarks/vllm_device_check.sh
 #                                                  # carry [".whl", ".vllm/sums"], timeout_s 590
 # 7B colocated: its training peaks at 63 GiB beside the engine's 35% share of an 80 GB card, so the engine must sleep
 # (TRL frees its weights and KV cache while the trainer runs, and re-sends the weights before each generation):
@@ -20,7 +20,7 @@
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
 PARTS=${PARTS:-/tmp/vllm_parts}   # where the part calls copied the parts: outside the checkout
-ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-300}; LORA_EVAL_TIMEOUT=${LORA_EVAL_TIMEOUT:-150}
+ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; STEP_TIMEOUT=${STEP_TIMEOUT:-300}; EVAL_TIMEOUT=${EVAL_TIMEOUT:-330}; LORA_EVAL_TIMEOUT=${LORA_EVAL_TIMEOUT:-150}
 # the stages this call runs: 'step' (the training step) and 'eval' (the evaluations); a 7B check may need two calls
 # on one warm machine, STAGES=step then STAGES=eval: the second finds vLLM unpacked and the random model saved
 STAGES=${STAGES:-step eval}
