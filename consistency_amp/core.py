@@ -14,10 +14,10 @@ from dataclasses import field
 from numbers import Integral
 
 # %% auto #0
-__all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS', 'PAPER_MODEL_SIZES',
-           'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL', 'SPATIAL_BASE_PREFIX', 'DEFAULT_MODEL',
-           'check_choice', 'check_choices', 'check_int', 'read_bool', 'check_notebook_parameters',
-           'accept_both_spellings', 'help_field', 'console_logging']
+__all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'SIDES', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS',
+           'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL',
+           'SPATIAL_BASE_PREFIX', 'DEFAULT_MODEL', 'check_choice', 'check_choices', 'check_int', 'read_bool',
+           'check_notebook_parameters', 'accept_both_spellings', 'help_field', 'console_logging']
 
 # %% ../nbs/02_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -89,6 +89,7 @@ def help_field(default, help: str, **kwargs):
 # %% ../nbs/02_core.ipynb #5c04d931
 REWARDS = ("consistency", "accuracy")          # Section 4: label-free, and the ground-truth baseline
 PAIRINGS = ("minimal", "random", "one_to_all")  # Sections 4.2-4.3; the ablation of Section 5.6
+SIDES = ("original", "augmented")               # a pair's two prompts, x and x' = T(x), as the rows and rewards name them
 NOISE_LEVELS = (0.1, 0.2, 0.3, 0.4)            # Section 5.4: the flipped-label fractions p (0 is the clean run)
 SCALES = ("mini", "paper")                     # this project's: every figure's runs at toy size, or the paper's
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from consistency_amp.world.spatial_pairs import spatial_pair_dataset
+from consistency_amp.reward.pairing import check_pair_layout, paired_consistency_rewards
 from consistency_amp.training.trainer import (OTGRPOConfig, OTGRPOTrainer, PairedPromptDataset, PairedRepeatSampler,
-                                     check_pair_layout, pair_key, paired_consistency_rewards, split_key)
+                                     pair_key, split_key)
 from consistency_amp.world.transforms import phi
 from consistency_amp.reward.verifiers import accuracy, parse_answer
 

@@ -78,7 +78,7 @@ def test_global_batch_is_sampler_order_and_splits_a_pair(run):
 
 
 def test_rewards_and_advantages_match_one_process(run):
-    from consistency_amp.training.trainer import paired_consistency_rewards
+    from consistency_amp.reward.pairing import paired_consistency_rewards
     from consistency_amp.reward.verifiers import format_reward_func
     ranks, _ = run
     for step in range(2):

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['rewards_from_coupling', 'minimal_coupling', 'pair_rewards', 'pair_rewards_batch', 'verifier_matrix',
-           'consistency_rewards', 'consistency_reward_func']
+           'consistency_rewards', 'consistency_reward_func', 'check_pair_layout', 'paired_consistency_rewards']
 
 # %% ../../nbs/04_pairing.ipynb #f133482e
 import math, numbers
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import ot
 
-from ..core import PAIRINGS, check_choice
+from ..core import PAIRINGS, SIDES, check_choice
 from .verifiers import RELATIONS, consistency, parse_answer
 
 # %% ../../nbs/04_pairing.ipynb #522951a5
@@ -173,8 +173,6 @@ def consistency_rewards(answers: Sequence, answers_augmented: Sequence, relation
     return r0, r1
 
 # %% ../../nbs/04_pairing.ipynb #a27fe58d
-_SIDES = ("original", "augmented")
-
 def _column(values, name: str, n: int) -> Sequence:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(f"{name!r} must be a list with one value per completion (TRL passes dataset columns as lists); "
@@ -200,8 +198,8 @@ def consistency_reward_func(completions, pair_id, side, relation, answer_type, s
     relation, answer_type = _column(relation, "relation", n), _column(answer_type, "answer_type", n)
     groups: dict = {}
     for k, (pair, s) in enumerate(zip(pair_id, side)):
-        if s not in _SIDES: raise ValueError(f"side[{k}] is {s!r}; expected 'original' or 'augmented'")
-        groups.setdefault(pair, ([], []))[_SIDES.index(s)].append(k)
+        if s not in SIDES: raise ValueError(f"side[{k}] is {s!r}; expected 'original' or 'augmented'")
+        groups.setdefault(pair, ([], []))[SIDES.index(s)].append(k)
     rewards = [0.0] * n
     for pair, (original, augmented) in groups.items():
         if not original or not augmented:
@@ -216,3 +214,23 @@ def consistency_reward_func(completions, pair_id, side, relation, answer_type, s
     return rewards
 
 consistency_reward_func.__name__ = "consistency"   # logged by TRL as rewards/consistency/mean
+
+# %% ../../nbs/04_pairing.ipynb #64d63a18
+def check_pair_layout(pair_id: Sequence, side: Sequence, num_generations: int) -> None:
+    "Raise unless the batch is, pair after pair, K completions of x and then K completions of x' of one pair id."
+    K = num_generations
+    if len(pair_id) != len(side) or len(pair_id) % (2 * K):
+        raise ValueError(f"the global batch ({len(pair_id)} completions) is not a whole number of pairs of 2 x K={K}")
+    for g in range(0, len(pair_id), 2 * K):
+        ids, sides = set(pair_id[g:g + 2 * K]), list(side[g:g + 2 * K])
+        if len(ids) != 1 or sides != [SIDES[0]] * K + [SIDES[1]] * K:
+            raise ValueError(f"completions {g}..{g + 2 * K - 1} are not the x group and then the x' group of one pair "
+                             f"(pair ids {sorted(ids)}, sides {sides})")
+
+# %% ../../nbs/04_pairing.ipynb #0160c617
+def paired_consistency_rewards(completions: Sequence, pair_id: Sequence, side: Sequence, relation: Sequence,
+                               answer_type: Sequence, num_generations: int, strategy: str = "minimal") -> list[float]:
+    "Consistency reward of every completion of a gathered batch of whole pairs (K of x, then K of x', per pair)."
+    check_pair_layout(pair_id, side, num_generations)
+    return consistency_reward_func(list(completions), list(pair_id), list(side), list(relation), list(answer_type),
+                                   strategy=strategy)

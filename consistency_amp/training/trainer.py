@@ -22,9 +22,9 @@ from torch.utils.data import Dataset, Sampler
 from transformers import TrainerState
 from trl import GRPOConfig, GRPOTrainer
 
-from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int, help_field
+from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, SIDES, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int, help_field
 from ..files import TRAINER_STATE_FILE, complete_checkpoints   # what makes a checkpoint complete, said once
-from ..reward.pairing import consistency_reward_func
+from ..reward.pairing import consistency_reward_func, paired_consistency_rewards
 from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
     shared_prompt_logps)
 from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_generation, check_generation_settings,
@@ -40,10 +40,9 @@ from ..reward.verifiers import (
     accuracy, accuracy_reward_func, completion_text, format_reward_func, log_answer_metrics, parse_answer)
 
 # %% auto #0
-__all__ = ['SIDES', 'ANSWER_FORMAT_HINT', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler',
-           'paired_sampler', 'PairedPromptDataset', 'check_pair_layout', 'paired_consistency_rewards',
-           'consistency_reward_placeholder', 'paired_prompts', 'notebook_progress_class', 'mend_notebook_progress',
-           'OTGRPOTrainer']
+__all__ = ['ANSWER_FORMAT_HINT', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler',
+           'paired_sampler', 'PairedPromptDataset', 'consistency_reward_placeholder', 'paired_prompts',
+           'notebook_progress_class', 'mend_notebook_progress', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
 @dataclass
@@ -124,8 +123,6 @@ def settle_paired_config(self: OTGRPOConfig) -> None:
                          f"at least 2 weights; got {self.reward_weights!r}")
 
 # %% ../../nbs/27_trainer.ipynb #ab8486e4
-SIDES = ("original", "augmented")
-
 def pair_key(index: int, side: int, draw: int, num_examples: int) -> int:
     "The dataset key of side `side` (0: x, 1: x') of example `index` at its `draw`-th drawing."
     if not (0 <= index < num_examples and side in (0, 1) and draw >= 0):
@@ -234,26 +231,6 @@ class PairedPromptDataset(Dataset):
         if (image := pair.get(IMAGE_COLUMNS[side])) is not None: row["image"] = load_image(image)
         if self.reward == "accuracy": row["ground_truth"] = self.ground_truth(key, corrupted=True)
         return row
-
-# %% ../../nbs/27_trainer.ipynb #64d63a18
-def check_pair_layout(pair_id: Sequence, side: Sequence, num_generations: int) -> None:
-    "Raise unless the batch is, pair after pair, K completions of x and then K completions of x' of one pair id."
-    K = num_generations
-    if len(pair_id) != len(side) or len(pair_id) % (2 * K):
-        raise ValueError(f"the global batch ({len(pair_id)} completions) is not a whole number of pairs of 2 x K={K}")
-    for g in range(0, len(pair_id), 2 * K):
-        ids, sides = set(pair_id[g:g + 2 * K]), list(side[g:g + 2 * K])
-        if len(ids) != 1 or sides != [SIDES[0]] * K + [SIDES[1]] * K:
-            raise ValueError(f"completions {g}..{g + 2 * K - 1} are not the x group and then the x' group of one pair "
-                             f"(pair ids {sorted(ids)}, sides {sides})")
-
-# %% ../../nbs/27_trainer.ipynb #0160c617
-def paired_consistency_rewards(completions: Sequence, pair_id: Sequence, side: Sequence, relation: Sequence,
-                               answer_type: Sequence, num_generations: int, strategy: str = "minimal") -> list[float]:
-    "Consistency reward of every completion of a gathered batch of whole pairs (K of x, then K of x', per pair)."
-    check_pair_layout(pair_id, side, num_generations)
-    return consistency_reward_func(list(completions), list(pair_id), list(side), list(relation), list(answer_type),
-                                   strategy=strategy)
 
 # %% ../../nbs/27_trainer.ipynb #6c432efd
 def consistency_reward_placeholder(completions, **kwargs) -> list:
