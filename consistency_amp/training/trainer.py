@@ -37,12 +37,12 @@ from ..world.prompts import PromptPair, make_prompt_pair
 from ..world.spatial_pairs import check_example_sequence, spatial_pair_dataset
 from ..world.tasks import Example
 from ..reward.verifiers import (
-    accuracy, accuracy_reward_func, completion_text, format_reward_func, log_answer_metrics, parse_answer)
+    ANSWER_FORMAT_HINT, accuracy, accuracy_reward_func, completion_text, format_reward_func, log_answer_metrics, parse_answer)
 
 # %% auto #0
-__all__ = ['ANSWER_FORMAT_HINT', 'OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler',
-           'paired_sampler', 'PairedPromptDataset', 'consistency_reward_placeholder', 'paired_prompts',
-           'notebook_progress_class', 'mend_notebook_progress', 'OTGRPOTrainer']
+__all__ = ['OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'paired_sampler',
+           'PairedPromptDataset', 'consistency_reward_placeholder', 'paired_prompts', 'notebook_progress_class',
+           'mend_notebook_progress', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
 @dataclass
@@ -277,10 +277,6 @@ def mend_notebook_progress(trainer) -> None:
     if found: trainer.add_callback(notebook_progress_class())
 
 # %% ../../nbs/27_trainer.ipynb #966b8c7b
-ANSWER_FORMAT_HINT = ("the rewards parse <think>...</think><answer>...</answer> with True or False, or a non-negative number, "
-                      "in the answer tags, so every task reward is 0 and nothing is learned; ask for that format in the "
-                      "prompt (consistency_amp.SYSTEM_PROMPT as its system message, as the spatial tasks' prompts do)")
-
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
     def __init__(self, model, args: OTGRPOConfig, train_dataset, processing_class=None, peft_config=None,
