@@ -50,7 +50,7 @@ def engine_lora_rank(rank: int, allowed: Sequence[int] = ()) -> int:
 # %% ../../nbs/47_vllm_decoder.ipynb #f5b94726
 ADAPTER_SERVING = ("merged", "lora")   # how vLLM runs a LoRA adapter: folded into a copy of the weights, or as a LoRARequest
 
-def _weights_bytes(model) -> int:
+def _weights_bytes(model) -> int:   # what save_pretrained will write, near enough: every tensor once, in its dtype
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
 
 def merged_checkpoint(model, adapter, out_dir) -> Path:
