@@ -9,7 +9,10 @@ model for two steps on CPU (gloo) with scripted completions, and this test check
 * with `share_prompt_forward` (each distinct prompt forwarded once, around DDP's forward for the prompts' pass), the
   synchronised gradient norm of the first step is the default run's;
 * with `share_prompt_prefill` and completions sampled by the model, every generation on each rank prefills each
-  distinct prompt once, and the completions are those of a run that prefills every row.
+  distinct prompt once, and the completions are those of a run that prefills every row;
+* TRL's evaluation on an `eval_dataset`: the evaluation batches are the in-order sampler's, split across the ranks
+  (a pair's x on rank 0 and its x' on rank 1), their rewards are a single-process recomputation, and the logged
+  accuracy is that of the clean labels.
 
 (`accelerate launch --cpu --num_processes 2` silently runs a single process on a CPU-only machine; torchrun does not.)
 """
@@ -116,3 +119,29 @@ def test_prefill_once_across_two_processes(tmp_path_factory, world):
     completions = [[[step["completions"] for step in r["steps"]] for r in run] for run in (prefilled, sampled)]
     assert completions[0] == completions[1] and len(completions[0][0]) == 2
 
+
+
+def test_evaluation_across_two_processes(tmp_path_factory, world):
+    "TRL's evaluation under DDP: each evaluation batch is the in-order sampler's, rewarded as on one process, and the logged accuracy is the labels'."
+    from consistency_amp.reward.pairing import paired_consistency_rewards
+    from consistency_amp.reward.verifiers import accuracy, format_reward_func, parse_answer
+    from consistency_amp.training.trainer import PairedPromptDataset, PairedRepeatSampler
+    from consistency_amp.world.spatial_pairs import spatial_pair_dataset
+    ranks, examples = two_processes(tmp_path_factory, world, "eval"), examples_of(world)
+    per_batch, batches = 2 * GROUPS_PER_RANK * K, len(examples) // GROUPS_PER_RANK
+    keys = list(PairedRepeatSampler(len(examples), K, pairs_per_batch=GROUPS_PER_RANK, shuffle=False))
+    assert batches >= 2 and [len(r["steps"]) for r in ranks] == [batches, batches]
+    labels, accuracies, split = PairedPromptDataset(spatial_pair_dataset(examples, seed=0)), [], 0
+    for n, steps in enumerate(zip(ranks[0]["steps"], ranks[1]["steps"])):
+        rows, completions = [row for s in steps for row in s["rows"]], [c for s in steps for c in s["completions"]]
+        assert [row["key"] for row in rows] == keys[n * per_batch:(n + 1) * per_batch]
+        columns = {name: [row[name] for row in rows] for name in ("pair_id", "side", "relation", "answer_type")}
+        expected = [format_reward_func(completions, answer_type=columns["answer_type"]),
+                    paired_consistency_rewards(completions, **columns, num_generations=K)]
+        for s in steps: assert torch.equal(torch.tensor(s["rewards"]), torch.tensor(expected).T)
+        accuracies.append(sum(accuracy(parse_answer(c, "boolean"), labels.ground_truth(row["key"]), "boolean")
+                              for c, row in zip(completions, rows)) / per_batch)
+        split += len({row["pair_id"] for row in steps[0]["rows"] if row["side"] == "original"}
+                     & {row["pair_id"] for row in steps[1]["rows"] if row["side"] == "augmented"})
+    assert split == batches                                     # the middle pair of every batch spans the ranks
+    for r in ranks: assert abs(r["metrics"]["eval_answers/accuracy"] - sum(accuracies) / batches) < 1e-6

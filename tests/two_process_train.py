@@ -12,7 +12,8 @@ MODE 1 (`share_prompt_forward`): the trainer forwards each distinct prompt once 
 adapter are seeded and LoRA dropout is 0, so that the logged gradient norms compare with the default run's). MODE
 `sampled`: the completions are sampled by the model (transformers' generate), not scripted; MODE `prefill`: sampled
 with `share_prompt_prefill` (each distinct prompt prefilled once), and each rank records whether its generations took
-the shared prefill.
+the shared prefill; MODE `eval`: no training, TRL's evaluation (`trainer.evaluate()`) of the same examples as
+`eval_dataset`, with scripted completions and 3 groups per rank in each evaluation batch, and the metrics it returned.
 """
 import json
 import sys
@@ -56,8 +57,9 @@ def record_run(out_dir: str, world_root: str, mode: str = "0") -> None:
                         per_device_train_batch_size=GROUPS_PER_RANK * K, max_completion_length=16,
                         learning_rate=1e-3, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
                         logging_steps=1, gradient_checkpointing=False, seed=0, share_prompt_forward=mode == "1",
-                        share_prompt_prefill=mode == "prefill")
-    trainer = OTGRPOTrainer(model, args, examples_of(world_root), processing_class=processor)
+                        share_prompt_prefill=mode == "prefill", per_device_eval_batch_size=GROUPS_PER_RANK * K)
+    examples = examples_of(world_root)
+    trainer = OTGRPOTrainer(model, args, examples, processing_class=processor, eval_dataset=examples if mode == "eval" else None)
     rank, tokenizer = trainer.accelerator.process_index, processor.tokenizer
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     record, calls = [], [0]
@@ -86,15 +88,16 @@ def record_run(out_dir: str, world_root: str, mode: str = "0") -> None:
     trainer._calculate_rewards, trainer._generate_and_score_completions = recording_calculate, recording_score
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer.train()
-    info = {"fell_back": [str(w.message) for w in caught if "could not be shared" in str(w.message)],
+        metrics = trainer.evaluate() if mode == "eval" else None
+        if mode != "eval": trainer.train()
+    info = {"metrics": metrics, "fell_back": [str(w.message) for w in caught if "could not be shared" in str(w.message)],
             "prefilled": prefilled, "rank": rank, "world_size": trainer.accelerator.num_processes,
             "distributed_type": str(trainer.accelerator.distributed_type), "steps": record,
             "log": [h for h in trainer.state.log_history if "loss" in h]}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(info))
 
 
-MODES = ("0", "1", "sampled", "prefill")
+MODES = ("0", "1", "sampled", "prefill", "eval")
 
 
 def main(out_dir: str, world_root: str, mode: str = "0") -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..reward.ssl import ssl_accuracy_reward_func, ssl_format_reward_func
-from .trainer import mend_notebook_progress
+from ..core import mend_notebook_progress
 
 # %% auto #0
 __all__ = ['ROW_KEYS', 'ssl_dataset', 'ssl_config', 'ssl_trainer']

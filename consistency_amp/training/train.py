@@ -120,6 +120,11 @@ def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
                          " (--help_all lists them)"))
     try: config = trainer_config(params, run_dir)
     except TypeError as e: raise ValueError(f"trainer_args {params.trainer_args!r}: {e}") from None   # TRL's checks meet a wrong type
+    if getattr(config, "eval_strategy", "no") != "no":   # else Trainer says it wants an eval_dataset after the model has loaded
+        raise ValueError(f"eval_strategy={config.eval_strategy.value!r} evaluates during training, but a run's questions are split "
+                         "into train and test only (Section 5.1's 80/20 split), and watching the test split would choose by it: leave "
+                         "eval_strategy out and score the run after training (python -m consistency_amp.evaluation.evaluate), "
+                         "or give OTGRPOTrainer an eval_dataset of your own (nbs/27_trainer.ipynb)")
     if getattr(config, "use_vllm", False) and not is_vllm_available():   # else TRL says so after the model has loaded
         raise ValueError('use_vllm=True needs vLLM, which is not installed here: pip install "consistency_amp[vllm]" on a GPU '
                          "machine, or leave use_vllm out")

@@ -12,7 +12,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 import torch
@@ -22,7 +21,8 @@ from torch.utils.data import Dataset, Sampler
 from transformers import TrainerState
 from trl import GRPOConfig, GRPOTrainer
 
-from ..core import PAIRINGS, PAPER_SETTINGS, REWARDS, SIDES, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int, help_field
+from ..core import (PAIRINGS, PAPER_SETTINGS, REWARDS, SIDES, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int,
+    help_field, mend_notebook_progress)
 from ..files import TRAINER_STATE_FILE, complete_checkpoints   # what makes a checkpoint complete, said once
 from ..reward.pairing import consistency_reward_func, paired_consistency_rewards
 from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
@@ -41,8 +41,7 @@ from ..reward.verifiers import (
 
 # %% auto #0
 __all__ = ['OTGRPOConfig', 'settle_paired_config', 'pair_key', 'split_key', 'PairedRepeatSampler', 'paired_sampler',
-           'PairedPromptDataset', 'consistency_reward_placeholder', 'paired_prompts', 'notebook_progress_class',
-           'mend_notebook_progress', 'OTGRPOTrainer']
+           'PairedPromptDataset', 'consistency_reward_placeholder', 'paired_prompts', 'OTGRPOTrainer']
 
 # %% ../../nbs/27_trainer.ipynb #246f1434
 @dataclass
@@ -61,6 +60,8 @@ class OTGRPOConfig(GRPOConfig, GenerationSettings):
                                                "None: give per_device_train_batch_size yourself.")
     per_device_train_batch_size: int | None = help_field(None, "Completions per device and step; derived from "
                                                           "pairs_per_device unless that is None.")
+    per_device_eval_batch_size: int | None = help_field(None, "Completions per device and evaluation batch (eval_dataset); "
+                                                         "None: 2 * pairs_per_device * num_generations_eval (default K).")
     max_steps: int = help_field(PAPER_SETTINGS["steps"], "Optimizer steps (paper: T = 500).")
     learning_rate: float = help_field(PAPER_SETTINGS["learning_rate"], "AdamW learning rate (paper: 1e-6).")
     num_generations: int | None = help_field(PAPER_SETTINGS["num_generations"], "Group size K, completions per prompt (paper: 8).")
@@ -112,6 +113,8 @@ def settle_paired_config(self: OTGRPOConfig) -> None:
                              f"{size}); set pairs_per_device=None to choose the batch size yourself")
         self.per_device_train_batch_size = size
     else: check_int("per_device_train_batch_size (with pairs_per_device=None)", self.per_device_train_batch_size, 1)
+    if self.per_device_eval_batch_size is None:   # an evaluation batch holds the step's pairs, num_generations_eval each
+        self.per_device_eval_batch_size = 2 * (self.pairs_per_device or 1) * (self.num_generations_eval or K)
     if self.remove_unused_columns:
         raise ValueError("remove_unused_columns must be False: the rewards read the pair_id, side, relation, "
                          "answer_type (and ground_truth) columns of the rows")
@@ -240,48 +243,28 @@ def consistency_reward_placeholder(completions, **kwargs) -> list:
 consistency_reward_placeholder.__name__ = "consistency"   # TRL logs it as rewards/consistency/mean
 
 # %% ../../nbs/27_trainer.ipynb #f6249b2d
-def paired_prompts(train_dataset, args: OTGRPOConfig, make_pair: Callable[..., PromptPair] = make_prompt_pair) -> PairedPromptDataset:
-    "The trainer's `PairedPromptDataset`: from a paired `datasets.Dataset`, spatial `Example`s (through `make_pair`), or one already built for these `args`."
-    if isinstance(train_dataset, PairedPromptDataset):
-        built = (train_dataset.reward, train_dataset.label_noise, train_dataset.label_noise_seed)
-        if built != (args.reward, args.label_noise, args.label_noise_seed):
-            raise ValueError(f"train_dataset was built for reward={built[0]!r}, label_noise={built[1]}, "
-                             f"label_noise_seed={built[2]}, but args say {args.reward!r}, {args.label_noise}, "
-                             f"{args.label_noise_seed}")
-        return train_dataset
-    if not isinstance(train_dataset, HFDataset):
-        check_example_sequence(train_dataset, "train_dataset")   # a DatasetDict or a DataFrame: named as such
-        train_dataset = spatial_pair_dataset(train_dataset, make_pair, seed=args.seed)
-    return PairedPromptDataset(train_dataset, args.reward, args.label_noise, args.label_noise_seed)
-
-# %% ../../nbs/27_trainer.ipynb #029c6247
-@cache
-def notebook_progress_class() -> type:
-    "transformers' `NotebookProgressCallback`, ending cleanly when training stops at the bar's second step (imports transformers on first use)."
-    from transformers.utils.notebook import NotebookProgressCallback
-
-    class NotebookProgress(NotebookProgressCallback):
-        def on_train_end(self, args, state, control, **kwargs):
-            tracker = self.training_tracker
-            if tracker is not None and state.global_step <= (getattr(tracker, "start_value", None) or 0):
-                tracker.predicted_remaining = None   # else the bar divides by the rate its update has just set to None
-            return super().on_train_end(args, state, control, **kwargs)
-    return NotebookProgress
-
-# %% ../../nbs/27_trainer.ipynb #92fa7d7a
-def mend_notebook_progress(trainer) -> None:
-    "Swap the Trainer's `NotebookProgressCallback` (its progress bar in a notebook) for `notebook_progress_class()`; outside a notebook there is none, and nothing changes."
-    # by name: importing transformers' notebook module would import IPython in a plain script, which has no such bar
-    found = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "NotebookProgressCallback"]
-    for callback in found: trainer.remove_callback(callback)
-    if found: trainer.add_callback(notebook_progress_class())
+def paired_prompts(dataset, args: OTGRPOConfig, make_pair: Callable[..., PromptPair] = make_prompt_pair,
+                   name: str = "train_dataset") -> PairedPromptDataset:
+    "The trainer's `PairedPromptDataset` `name` ('train_dataset', or 'eval_dataset', whose labels no noise flips): from a paired `datasets.Dataset`, spatial `Example`s (through `make_pair`), or one already built so."
+    noise = (args.label_noise, args.label_noise_seed) if name == "train_dataset" else (0.0, args.label_noise_seed)
+    if isinstance(dataset, PairedPromptDataset):
+        built = (dataset.reward, dataset.label_noise, dataset.label_noise_seed)
+        if built[:2] != (args.reward, noise[0]) or (noise[0] and built[2] != noise[1]):
+            raise ValueError(f"{name} was built for reward={built[0]!r}, label_noise={built[1]}, label_noise_seed="
+                             f"{built[2]}, but this trainer's {name} needs {args.reward!r}, {noise[0]}, {noise[1]}")
+        return dataset
+    if not isinstance(dataset, HFDataset):
+        check_example_sequence(dataset, name)   # a DatasetDict or a DataFrame: named as such
+        dataset = spatial_pair_dataset(dataset, make_pair, seed=args.seed)
+    return PairedPromptDataset(dataset, args.reward, *noise)
 
 # %% ../../nbs/27_trainer.ipynb #966b8c7b
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
     def __init__(self, model, args: OTGRPOConfig, train_dataset, processing_class=None, peft_config=None,
-                 make_pair: Callable[..., PromptPair] = make_prompt_pair, callbacks=None, optimizers=(None, None), reward_funcs=()):
-        "`train_dataset`: a paired `datasets.Dataset` (`reward.paired_data`), spatial `Example`s (made one by `spatial_pair_dataset` with `make_pair`), or a `PairedPromptDataset`; `reward_funcs`: TRL's, added to the format and task rewards (each gets the rows' columns)."
+                 make_pair: Callable[..., PromptPair] = make_prompt_pair, callbacks=None, optimizers=(None, None), reward_funcs=(),
+                 eval_dataset=None):
+        "`train_dataset`: a paired `datasets.Dataset` (`reward.paired_data`), spatial `Example`s (made one by `spatial_pair_dataset` with `make_pair`), or a `PairedPromptDataset`; `eval_dataset`, optional, the same (TRL's evaluation: `eval_strategy`, `trainer.evaluate()`); `reward_funcs`: TRL's, added to the format and task rewards (each gets the rows' columns)."
         if not isinstance(args, OTGRPOConfig):
             raise ValueError(f"args must be an OTGRPOConfig, got {type(args).__name__}")
         if isinstance(model, str) and (model == TINY_MODEL or model.startswith(SPATIAL_BASE_PREFIX)) and not os.path.isdir(model):
@@ -294,15 +277,17 @@ class OTGRPOTrainer(GRPOTrainer):
             raise ValueError(f"train_dataset has {len(paired)} pairs, fewer than the {pairs} prompt pairs of one "
                              "generation batch: lower pairs_per_device (or steps_per_generation), or give more pairs")
         task_reward = accuracy_reward_func if args.reward == "accuracy" else consistency_reward_placeholder
+        evaluated = None if eval_dataset is None else paired_prompts(eval_dataset, args, make_pair, "eval_dataset")
         placeholder = HFDataset.from_dict({"example": list(range(len(paired)))})  # GRPOTrainer's type check only
         super().__init__(model=model, reward_funcs=[format_reward_func, task_reward, *reward_funcs], args=args,
-                         train_dataset=placeholder, processing_class=processing_class, peft_config=peft_config,
-                         callbacks=callbacks, optimizers=optimizers)
-        self.train_dataset = paired
+                         train_dataset=placeholder, eval_dataset=None if evaluated is None else placeholder, processing_class=processing_class,
+                         peft_config=peft_config, callbacks=callbacks, optimizers=optimizers)
+        self.train_dataset, self.eval_dataset = paired, evaluated
+        if evaluated is not None: self._eval_pairs_per_batch()   # an evaluation batch of whole pairs: checked now
         check_reads_images(self.processing_class, paired.pairs)   # image pairs and a text model's tokenizer: refused now
         # one slot per prompt of a generation batch, twice over: the current batch's images are never evicted
-        self.image_cache = install_image_cache(self.model, 2 * args.generation_batch_size // args.num_generations) \
-            if args.cache_image_features else None
+        prompts = max(args.generation_batch_size // args.num_generations, args.per_device_eval_batch_size // self.num_generations_eval)
+        self.image_cache = install_image_cache(self.model, 2 * prompts) if args.cache_image_features else None
         process_images_once(self.processing_class, enabled=args.cache_image_features)   # the processor's CPU work too
         if args.merge_lora_for_generation and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
             raise ValueError("merge_lora_for_generation replaces whole weight tensors while sampling; DeepSpeed and "
@@ -362,6 +347,21 @@ class OTGRPOTrainer(GRPOTrainer):
         if (sampler := paired_sampler(train_dataloader)) is not None: sampler.set_epoch(epoch)
         return super()._run_epoch(*args, epoch=epoch, train_dataloader=train_dataloader, **kwargs)
 
+    def _eval_pairs_per_batch(self) -> int:
+        "Prompt pairs per global evaluation batch; a ValueError unless it holds whole pairs and `eval_dataset` fills one."
+        completions, K = self.args.per_device_eval_batch_size * self.accelerator.num_processes, self.num_generations_eval
+        if completions % (2 * K):
+            raise ValueError(f"an evaluation batch ({completions} completions: per_device_eval_batch_size x processes) "
+                             f"must hold whole prompt pairs: a multiple of 2 * num_generations_eval = {2 * K}")
+        if len(self.eval_dataset) < completions // (2 * K):
+            raise ValueError(f"eval_dataset has {len(self.eval_dataset)} pairs, fewer than the {completions // (2 * K)} "
+                             "of one evaluation batch: lower per_device_eval_batch_size, or give more pairs")
+        return completions // (2 * K)
+
+    def _get_eval_sampler(self, eval_dataset) -> Sampler:
+        "Whole pairs in `eval_dataset`'s order, T drawn alike at every evaluation (draw 0); the pairs past the last whole batch are left out."
+        return PairedRepeatSampler(len(eval_dataset), self.num_generations_eval, self._eval_pairs_per_batch(), shuffle=False)
+
     def _get_train_sampler(self, dataset=None) -> Sampler:
         dataset = self.train_dataset if dataset is None else dataset
         return PairedRepeatSampler(len(dataset), self.num_generations,
@@ -371,7 +371,8 @@ class OTGRPOTrainer(GRPOTrainer):
 
     def _answer_scores(self, row: dict, text: str) -> tuple[bool, float | None]:
         "(unparseable?, accuracy against the clean label, None without labels) of one local completion: metrics, never a reward."
-        answer, truth = parse_answer(text, row["answer_type"]), self.train_dataset.ground_truth(row["key"])
+        rows = self.train_dataset if self.model.training else self.eval_dataset
+        answer, truth = parse_answer(text, row["answer_type"]), rows.ground_truth(row["key"])
         return answer is None, None if truth is None else accuracy(answer, truth, row["answer_type"])
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -379,8 +380,8 @@ class OTGRPOTrainer(GRPOTrainer):
         texts = [completion_text(c) for c in completions]
         local = [(row["pair_id"], row["side"], row["relation"], row["answer_type"], text) for row, text in zip(inputs, texts)]
         pair_id, side, relation, answer_type, texts_all = map(list, zip(*gather_object(local)))  # gather, then pair
-        consistency = paired_consistency_rewards(texts_all, pair_id, side, relation, answer_type, self.num_generations,
-                                                 self.args.pairing)
+        K = self.num_generations if self.model.training else self.num_generations_eval
+        consistency = paired_consistency_rewards(texts_all, pair_id, side, relation, answer_type, K, self.args.pairing)
         metrics = self._metrics["train" if self.model.training else "eval"]
         if self.args.reward == "consistency":
             column = self.reward_func_names.index("consistency")
@@ -389,8 +390,8 @@ class OTGRPOTrainer(GRPOTrainer):
         else:
             metrics["answers/consistency"].append(float(np.mean(consistency)))
         scores = gather_object([self._answer_scores(row, t) for row, t in zip(inputs, texts)])
-        log_answer_metrics(metrics, scores, texts_all, answer_type, self.num_generations)
-        if all(u for u, _ in scores):                  # no answer parses: every task reward is 0, nothing is learned (said once)
+        log_answer_metrics(metrics, scores, texts_all, answer_type, K)
+        if self.model.training and all(u for u, _ in scores):   # no answer parses: no task reward, nothing learned (said once)
             if min(map(len, completion_ids_list)) >= (cap := self.args.max_completion_length):
                 warnings.warn(f"every completion reached max_completion_length={cap} without a parseable answer: answers are "
                               "cut off, so every task reward is 0 and nothing is learned; raise max_completion_length")
