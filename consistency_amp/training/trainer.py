@@ -280,12 +280,13 @@ class OTGRPOTrainer(GRPOTrainer):
         evaluated = None if eval_dataset is None else paired_prompts(eval_dataset, args, make_pair, "eval_dataset")
         placeholder = HFDataset.from_dict({"example": list(range(len(paired)))})  # GRPOTrainer's type check only
         super().__init__(model=model, reward_funcs=[format_reward_func, task_reward, *reward_funcs], args=args,
-                         train_dataset=placeholder, eval_dataset=None if evaluated is None else placeholder, processing_class=processing_class,
+                         train_dataset=placeholder, eval_dataset=evaluated and placeholder, processing_class=processing_class,
                          peft_config=peft_config, callbacks=callbacks, optimizers=optimizers)
         self.train_dataset, self.eval_dataset = paired, evaluated
-        if evaluated is not None: self._eval_pairs_per_batch()   # an evaluation batch of whole pairs: checked now
-        check_reads_images(self.processing_class, paired.pairs)   # image pairs and a text model's tokenizer: refused now
-        # one slot per prompt of a generation batch, twice over: the current batch's images are never evicted
+        for rows in filter(None, (paired, evaluated)):   # image pairs and a text model's tokenizer: refused now
+            check_reads_images(self.processing_class, rows.pairs)
+        if evaluated: self._eval_pairs_per_batch()    # an evaluation batch of whole pairs: checked now
+        # one slot per prompt of a generation (or evaluation) batch, twice over: the current batch's images are never evicted
         prompts = max(args.generation_batch_size // args.num_generations, args.per_device_eval_batch_size // self.num_generations_eval)
         self.image_cache = install_image_cache(self.model, 2 * prompts) if args.cache_image_features else None
         process_images_once(self.processing_class, enabled=args.cache_image_features)   # the processor's CPU work too
