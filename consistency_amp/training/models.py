@@ -202,8 +202,8 @@ def _with_lora(model, peft_config, path, target_modules):
 def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, lora: bool = True, lora_r: int = LORA_R,
                lora_alpha: float = LORA_ALPHA, lora_dropout: float = LORA_DROPOUT,
                target_modules: str | list[str] = LANGUAGE_LORA_TARGETS, adapter: str | os.PathLike | None = None,
-               dtype="auto", device=None, trust_remote_code: bool = False, **model_kwargs):
-    "Load a vision-language model and its processor; vision tower frozen; LoRA on the language model (or `adapter`)."
+               adapter_trainable: bool = False, dtype="auto", device=None, trust_remote_code: bool = False, **model_kwargs):
+    "Load a vision-language model and its processor; vision tower frozen; LoRA on the language model (or `adapter`: frozen, for evaluation, unless `adapter_trainable`, to train it on)."
     peft_config = lora_config(lora_r, lora_alpha, lora_dropout, target_modules) if lora and adapter is None else None
     path = resolve_model_path(name_or_path)
     device = resolve_device(device)
@@ -212,7 +212,7 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, lora: bool = 
                                                         **model_kwargs)
     freeze_vision_tower(model)
     if adapter is not None:
-        model = load_adapter(model, adapter)
+        model = load_adapter(model, adapter, is_trainable=adapter_trainable)
     elif peft_config is not None: model = _with_lora(model, peft_config, path, target_modules)
     return model, load_processor(path, trust_remote_code=trust_remote_code)
 

@@ -47,14 +47,14 @@ def tiny_text_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = No
 
 # %% ../../nbs/42_text_models.ipynb #3b5734fc
 def load_text_model(name_or_path: str | os.PathLike | None = None, *, lora: bool = True, adapter: str | os.PathLike | None = None,
-                    dtype="auto", device=None, **lora_kwargs):
-    "A causal LM and its tokenizer (default, or `TINY_TEXT_MODEL`: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection, or the trained LoRA `adapter` (a folder `save_model` wrote)."
+                    adapter_trainable: bool = False, dtype="auto", device=None, **lora_kwargs):
+    "A causal LM and its tokenizer (default, or `TINY_TEXT_MODEL`: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection, or the trained LoRA `adapter` (a folder `save_model` wrote; frozen unless `adapter_trainable`)."
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = (tiny_text_model_path() if name_or_path in (None, TINY_TEXT_MODEL)   # the project's own name: built here, never the Hub
             else resolve_model_path(name_or_path))                              # a folder that is not there: named
     device = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device_map={"": device})
-    if adapter is not None: model = load_adapter(model, adapter)             # checked first (`load_adapter`), as load_model's
+    if adapter is not None: model = load_adapter(model, adapter, is_trainable=adapter_trainable)   # checked first, as load_model's
     elif lora: model = get_peft_model(model, lora_config(**{"target_modules": list(LORA_TARGET_NAMES), **lora_kwargs}))
     return model, AutoTokenizer.from_pretrained(path)

@@ -283,6 +283,9 @@ class OTGRPOTrainer(GRPOTrainer):
                          train_dataset=placeholder, eval_dataset=evaluated and placeholder, processing_class=processing_class,
                          peft_config=peft_config, callbacks=callbacks, optimizers=optimizers)
         self.train_dataset, self.eval_dataset = paired, evaluated
+        if not any(p.requires_grad for p in self.model.parameters()):   # else autograd's "does not require grad" at step 1
+            raise ValueError("the model has no trainable parameter: an adapter loaded to evaluate is frozen; to train it on, "
+                             "load it with load_model(..., adapter=..., adapter_trainable=True) (load_text_model alike)")
         for rows in filter(None, (paired, evaluated)):   # image pairs and a text model's tokenizer: refused now
             check_reads_images(self.processing_class, rows.pairs)
         if evaluated: self._eval_pairs_per_batch()    # an evaluation batch of whole pairs: checked now
