@@ -256,7 +256,8 @@ def paired_prompts(dataset, args: OTGRPOConfig, make_pair: Callable[..., PromptP
     if not isinstance(dataset, HFDataset):
         check_example_sequence(dataset, name)   # a DatasetDict or a DataFrame: named as such
         dataset = spatial_pair_dataset(dataset, make_pair, seed=args.seed)
-    return PairedPromptDataset(dataset, args.reward, *noise)
+    try: return PairedPromptDataset(dataset, args.reward, *noise)
+    except ValueError as e: raise ValueError(f"{name}: {e}") from None   # which of the trainer's two datasets
 
 # %% ../../nbs/27_trainer.ipynb #966b8c7b
 class OTGRPOTrainer(GRPOTrainer):
