@@ -8,6 +8,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                       'consistency_amp.core.check_int': ('core.html#check_int', 'consistency_amp/core.py'),
                                       'consistency_amp.core.check_notebook_parameters': ( 'core.html#check_notebook_parameters',
                                                                                           'consistency_amp/core.py'),
+                                      'consistency_amp.core.check_trainable': ('core.html#check_trainable', 'consistency_amp/core.py'),
                                       'consistency_amp.core.console_logging': ('core.html#console_logging', 'consistency_amp/core.py'),
                                       'consistency_amp.core.help_field': ('core.html#help_field', 'consistency_amp/core.py'),
                                       'consistency_amp.core.mend_notebook_progress': ( 'core.html#mend_notebook_progress',

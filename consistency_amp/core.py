@@ -19,7 +19,7 @@ __all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'SIDES', 'NOISE_L
            'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL',
            'SPATIAL_BASE_PREFIX', 'DEFAULT_MODEL', 'check_choice', 'check_choices', 'check_int', 'read_bool',
            'check_notebook_parameters', 'accept_both_spellings', 'help_field', 'console_logging',
-           'notebook_progress_class', 'mend_notebook_progress']
+           'notebook_progress_class', 'mend_notebook_progress', 'check_trainable']
 
 # %% ../nbs/02_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -141,3 +141,10 @@ def mend_notebook_progress(trainer) -> None:
     found = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "NotebookProgressCallback"]
     for callback in found: trainer.remove_callback(callback)
     if found: trainer.add_callback(notebook_progress_class())
+
+# %% ../nbs/02_core.ipynb #a36d2479
+def check_trainable(model) -> None:
+    "ValueError unless some parameter of `model` trains; an adapter loaded to evaluate is frozen, and the error says how to load it to train."
+    if not any(p.requires_grad for p in model.parameters()):   # else autograd's "does not require grad" at the first backward
+        raise ValueError("the model has no trainable parameter: an adapter loaded to evaluate is frozen; to train it on, "
+                         "load it with load_model(..., adapter=..., adapter_trainable=True) (load_text_model alike)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..reward.ssl import ssl_accuracy_reward_func, ssl_format_reward_func
-from ..core import mend_notebook_progress
+from ..core import check_trainable, mend_notebook_progress
 
 # %% auto #0
 __all__ = ['ROW_KEYS', 'ssl_dataset', 'ssl_config', 'ssl_trainer']
@@ -47,5 +47,6 @@ def ssl_trainer(model, args, examples, processing_class=None, peft_config=None, 
     trainer = GRPOTrainer(model=model, reward_funcs=[ssl_format_reward_func, ssl_accuracy_reward_func], args=args,
                           train_dataset=ssl_dataset(examples), processing_class=processing_class,
                           peft_config=peft_config, callbacks=callbacks)
+    check_trainable(trainer.model)    # a frozen model: said now, not at the first backward (as OTGRPOTrainer)
     mend_notebook_progress(trainer)   # in Jupyter, as OTGRPOTrainer's: a run stopped at its second step ends cleanly
     return trainer

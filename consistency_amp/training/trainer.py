@@ -22,7 +22,7 @@ from transformers import TrainerState
 from trl import GRPOConfig, GRPOTrainer
 
 from ..core import (PAIRINGS, PAPER_SETTINGS, REWARDS, SIDES, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int,
-    help_field, mend_notebook_progress)
+    check_trainable, help_field, mend_notebook_progress)
 from ..files import TRAINER_STATE_FILE, complete_checkpoints   # what makes a checkpoint complete, said once
 from ..reward.pairing import consistency_reward_func, paired_consistency_rewards
 from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
@@ -284,11 +284,8 @@ class OTGRPOTrainer(GRPOTrainer):
                          train_dataset=placeholder, eval_dataset=evaluated and placeholder, processing_class=processing_class,
                          peft_config=peft_config, callbacks=callbacks, optimizers=optimizers)
         self.train_dataset, self.eval_dataset = paired, evaluated
-        if not any(p.requires_grad for p in self.model.parameters()):   # else autograd's "does not require grad" at step 1
-            raise ValueError("the model has no trainable parameter: an adapter loaded to evaluate is frozen; to train it on, "
-                             "load it with load_model(..., adapter=..., adapter_trainable=True) (load_text_model alike)")
-        for rows in filter(None, (paired, evaluated)):   # image pairs and a text model's tokenizer: refused now
-            check_reads_images(self.processing_class, rows.pairs)
+        check_trainable(self.model)                   # a frozen model: said now, not at the first backward
+        for rows in filter(None, (paired, evaluated)): check_reads_images(self.processing_class, rows.pairs)   # image pairs, a text model: refused
         if evaluated: self._eval_pairs_per_batch()    # an evaluation batch of whole pairs: checked now
         # one slot per prompt of a generation (or evaluation) batch, twice over: the current batch's images are never evicted
         prompts = max(args.generation_batch_size // args.num_generations, args.per_device_eval_batch_size // self.num_generations_eval)
