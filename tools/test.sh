@@ -24,11 +24,17 @@ before=$(snapshot); nbdev_export; check_unchanged nbdev_export
 before=$(snapshot); nbdev_clean; check_unchanged nbdev_clean
 python tools/make_readme.py --check
 phase() { echo "test.sh: $1 took $((SECONDS - started)) s"; started=$SECONDS; }   # CI must stay under 20 minutes
+# torch gives each process one thread per core, so N workers on as many cores spin against each other: nbdev_test took
+# 191 s with torch's default and 98 s with one thread per worker (2026-11-28, 2 cores, 2 workers; user time 360 s
+# against 173 s). So the cores are shared out among the workers, unless OMP_NUM_THREADS is set already.
+threads_per() { local workers=$(( $1 > 1 ? $1 : 1 )); local n=$(( $(nproc) / workers )); echo $(( n > 1 ? n : 1 )); }
 started=$SECONDS
-nbdev_test --n_workers "${NBDEV_WORKERS:-2}" --timing ${NBDEV_FLAGS:+--flags "$NBDEV_FLAGS"}
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(threads_per "${NBDEV_WORKERS:-2}")} \
+  nbdev_test --n_workers "${NBDEV_WORKERS:-2}" --timing ${NBDEV_FLAGS:+--flags "$NBDEV_FLAGS"}
 phase nbdev_test
 # the longest file first (a quarter of the tests' time): loadfile hands files out in order, and started near the end it
 # left one worker alone for its last half minute (2026-11-28, 2 cores: 676 and 683 s, then 657 s with it first)
-python -m pytest tests/test_run_faults.py tests/ -q -n "${PYTEST_WORKERS:-2}" --dist loadfile ${PYTEST_ARGS:-}
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(threads_per "${PYTEST_WORKERS:-2}")} \
+  python -m pytest tests/test_run_faults.py tests/ -q -n "${PYTEST_WORKERS:-2}" --dist loadfile ${PYTEST_ARGS:-}
 phase pytest
 echo "all checks passed in $SECONDS s"
