@@ -251,7 +251,8 @@ def test_two_processes_resume_in_a_later_epoch_as_if_never_stopped(tmp_path):
     if torchrun is None: pytest.skip("torchrun is not installed")
     runs = tmp_path / "runs"
     launch = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "consistency_amp.training.train", "--task", "depth",
-              "--steps", "8", "--pairs_per_device", "3", "--save_steps", "4", "--runs_dir", str(runs)]
+              "--steps", "8", "--pairs_per_device", "3", "-K", "2", "--max_completion_length", "16", "--save_steps", "4",
+              "--runs_dir", str(runs)]
     run = lambda *extra: subprocess.run([*launch, *extra], cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=300)
     for extra in (["--run_name", "whole"], ["--run_name", "cut", "--stop_after", "6"], ["--run_name", "cut", "--resume"]):
         done = run(*extra)
