@@ -27,7 +27,8 @@ phase() { echo "test.sh: $1 took $((SECONDS - started)) s"; started=$SECONDS; } 
 # torch gives each process one thread per core, so N workers on as many cores spin against each other: nbdev_test took
 # 191 s with torch's default and 98 s with one thread per worker (2026-11-28, 2 cores, 2 workers; user time 360 s
 # against 173 s). So the cores are shared out among the workers, unless OMP_NUM_THREADS is set already.
-threads_per() { local workers=$(( $1 > 1 ? $1 : 1 )); local n=$(( $(nproc) / workers )); echo $(( n > 1 ? n : 1 )); }
+cores=$(python -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1)")
+threads_per() { local workers=$(( $1 > 1 ? $1 : 1 )); local n=$(( cores / workers )); echo $(( n > 1 ? n : 1 )); }
 started=$SECONDS
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(threads_per "${NBDEV_WORKERS:-2}")} \
   nbdev_test --n_workers "${NBDEV_WORKERS:-2}" --timing ${NBDEV_FLAGS:+--flags "$NBDEV_FLAGS"}
