@@ -12,8 +12,8 @@ import torch
 
 from consistency_amp.world.spatial_pairs import spatial_pair_dataset
 from consistency_amp.reward.pairing import check_pair_layout, paired_consistency_rewards
-from consistency_amp.training.trainer import (OTGRPOConfig, OTGRPOTrainer, PairedPromptDataset, PairedRepeatSampler,
-                                     pair_key, split_key)
+from consistency_amp.training.paired_sampler import PairedRepeatSampler, pair_key, split_key
+from consistency_amp.training.trainer import OTGRPOConfig, OTGRPOTrainer, PairedPromptDataset
 from consistency_amp.world.transforms import phi
 from consistency_amp.reward.verifiers import accuracy, parse_answer
 

@@ -284,7 +284,7 @@ class GenerationSettings:
                                                   "rounded once to the base's dtype, in a copy: the base weights are left as "
                                                   "they were), as TRL's vLLM path samples: one matmul per adapted projection "
                                                   "at each decoded token instead of the LoRA layer's six kernels. Not exact: "
-                                                  "no LoRA dropout while sampling, and merged rounding (nbs/27_trainer). "
+                                                  "no LoRA dropout while sampling, and merged rounding (nbs/28_trainer). "
                                                   "Holds a copy of the adapted weights while generating. transformers' "
                                                   "generate only (vLLM already merges).")
     fuse_projections: bool = help_field(False, "With merge_lora_for_generation: stack the merged copies of each "
@@ -298,7 +298,7 @@ class GenerationSettings:
                                            "CUDA graphs) on a static KV cache: TRL turns that off (disable_compile=True). "
                                            "Sets cache_implementation='static' unless given. transformers compiles on "
                                            "GPUs only; on the CPU this samples through the static cache uncompiled "
-                                           "(the same completions, nbs/27_trainer). transformers' generate only.")
+                                           "(the same completions, nbs/28_trainer). transformers' generate only.")
     fused_rms_norm: bool = help_field(False, "Run each RMSNorm of the model as torch's one rms_norm operator (on CUDA one "
                                        "fused kernel, forward and backward) instead of transformers' eight "
                                        "(nbs/26_generation): a third fewer kernels per decoded token, and fewer in the "
