@@ -12,8 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
 
 
-def test_the_three_commands_are_declared():
-    assert sorted(SCRIPTS) == ["consistency-amp-evaluate", "consistency-amp-registry", "consistency-amp-train"]
+def test_the_four_commands_are_declared():
+    assert sorted(SCRIPTS) == ["consistency-amp-evaluate", "consistency-amp-registry", "consistency-amp-train",
+                               "consistency-amp-train-pairs"]
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
@@ -25,6 +26,8 @@ def test_each_script_names_an_entry_function(name):
 @pytest.mark.parametrize("module, fields_of", [
     ("consistency_amp.evaluation.evaluate", "consistency_amp.evaluation.evaluate:EvalArguments"),
     ("consistency_amp.training.train", "consistency_amp.training.train:TrainParams"),
+    ("consistency_amp.training.train_pairs", "trl:ScriptArguments"),
+    ("consistency_amp.training.train_pairs", "trl:ModelConfig"),
 ])
 def test_help_lists_every_field(module, fields_of):
     from dataclasses import fields

@@ -63,3 +63,16 @@ def test_bad_recipes_are_named(tmp_path):
         parse_args(["--config", str(bad)])
     with pytest.raises(ValueError, match="no such file"):
         parse_args(["--config", str(tmp_path / "missing.yaml")])
+
+
+def test_the_pairs_paper_recipe_holds_the_papers_settings():
+    "configs/pairs/paper.yaml, in OTGRPOConfig's names (train_params.SET_BY_PARAMS), is configs/train/paper.yaml's settings."
+    from consistency_amp.training.train_params import SET_BY_PARAMS
+    from consistency_amp.training.train_pairs import pairs_parser
+    recipe = yaml.safe_load((REPO / "configs" / "pairs" / "paper.yaml").read_text())
+    spatial = load("paper")
+    as_params = {SET_BY_PARAMS[k]: v for k, v in recipe.items() if k in SET_BY_PARAMS}
+    assert as_params == {k: v for k, v in spatial.items() if k in as_params} and len(as_params) == len(PAPER_SETTINGS) + 1
+    assert {k: v for k, v in recipe.items() if k not in SET_BY_PARAMS} == {"merge_lora_for_generation": True}
+    _, config, model_args = pairs_parser().parse_args_and_config(["--config", str(REPO / "configs/pairs/paper.yaml"), "--output_dir", "x"])
+    assert (config.max_steps, config.num_generations, config.pairs_per_device, model_args.model_name_or_path) == (500, 8, 4, PAPER_MODELS["7B"])

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..files import build_once, cache_dir as default_cache_dir
-from .models import (LORA_TARGET_NAMES, load_adapter, lora_config, resolve_device, resolve_dtype,
+from .models import (LORA_ALPHA, LORA_DROPOUT, LORA_R, LORA_TARGET_NAMES, load_adapter, lora_config, resolve_device, resolve_dtype,
                                              resolve_model_path)
 from .tiny_models import TINY_TEXT_CONFIG, tiny_model_key, train_tiny_tokenizer
 
@@ -46,15 +46,19 @@ def tiny_text_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = No
     return build_once(root / f"{TINY_TEXT_MODEL}-{key}", lambda staging: build_tiny_qwen2(staging, seed=seed))
 
 # %% ../../nbs/43_text_models.ipynb #3b5734fc
-def load_text_model(name_or_path: str | os.PathLike | None = None, *, lora: bool = True, adapter: str | os.PathLike | None = None,
-                    adapter_trainable: bool = False, dtype="auto", device=None, **lora_kwargs):
-    "A causal LM and its tokenizer (default, or `TINY_TEXT_MODEL`: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection, or the trained LoRA `adapter` (a folder `save_model` wrote; frozen unless `adapter_trainable`)."
+def load_text_model(name_or_path: str | os.PathLike | None = None, *, lora: bool = True, lora_r: int = LORA_R,
+                    lora_alpha: float = LORA_ALPHA, lora_dropout: float = LORA_DROPOUT,
+                    target_modules: str | list[str] = LORA_TARGET_NAMES, adapter: str | os.PathLike | None = None,
+                    adapter_trainable: bool = False, dtype="auto", device=None, **model_kwargs):
+    "A causal LM and its tokenizer (default, or `TINY_TEXT_MODEL`: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection, or the trained LoRA `adapter` (a folder `save_model` wrote; frozen unless `adapter_trainable`); `load_model`'s keywords, `model_kwargs` (e.g. `revision`, `attn_implementation`) to `from_pretrained`."
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = (tiny_text_model_path() if name_or_path in (None, TINY_TEXT_MODEL)   # the project's own name: built here, never the Hub
             else resolve_model_path(name_or_path))                              # a folder that is not there: named
     device = resolve_device(device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device_map={"": device})
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device_map={"": device}, **model_kwargs)
     if adapter is not None: model = load_adapter(model, adapter, is_trainable=adapter_trainable)   # checked first, as load_model's
-    elif lora: model = get_peft_model(model, lora_config(**{"target_modules": list(LORA_TARGET_NAMES), **lora_kwargs}))
-    return model, AutoTokenizer.from_pretrained(path)
+    elif lora: model = get_peft_model(model, lora_config(lora_r, lora_alpha, lora_dropout, list(target_modules) if
+                                                         isinstance(target_modules, tuple) else target_modules))
+    return model, AutoTokenizer.from_pretrained(path, revision=model_kwargs.get("revision"))
+

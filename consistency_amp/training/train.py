@@ -26,9 +26,9 @@ from .train_cli import end_process_group, parse_args, stopped_message, typed_trl
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['world_size', 'stored_params', 'start_run', 'train_examples', 'trainer_config', 'load_for_training',
-           'checked_before_run', 'cpu_threads', 'finished_checkpoint', 'train_run', 'prepare_run', 'run_training',
-           'main', 'cli']
+__all__ = ['world_size', 'stored_params', 'start_run', 'train_examples', 'machine_settings', 'trainer_config',
+           'load_for_training', 'checked_before_run', 'cpu_threads', 'finished_checkpoint', 'train_run', 'prepare_run',
+           'run_training', 'main', 'cli']
 
 # %% ../../nbs/44_train_entry.ipynb #c5893031
 def world_size() -> int: return int(os.environ.get("WORLD_SIZE", "1"))
@@ -61,12 +61,21 @@ def train_examples(params: TrainParams) -> list:
     assert all(e.split == "train" for e in examples)
     return examples
 
-# %% ../../nbs/44_train_entry.ipynb #8a2936ee
-def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
-    "The `OTGRPOConfig` of a run, a `GRPOConfig` for a pretext reward (initialises torch.distributed when launched with torchrun / accelerate)."
+# %% ../../nbs/44_train_entry.ipynb #9af91239
+def machine_settings(checkpointing: bool | None = None) -> dict:
+    "OTGRPOConfig's settings for this machine: the CPU where there is no GPU, bfloat16 where the GPU has it, and activation checkpointing (`checkpointing`; None: on a GPU yes, on the CPU no)."
     import torch
     from consistency_amp.training.trainer import OTGRPOConfig
     cuda = torch.cuda.is_available()
+    # transformers 5.x renamed gradient_checkpointing to activation_checkpointing (the old name warns); either is honoured
+    name = "activation_checkpointing" if hasattr(OTGRPOConfig, "activation_checkpointing") else "gradient_checkpointing"
+    return {"use_cpu": not cuda, "bf16": cuda and torch.cuda.is_bf16_supported(), name: cuda if checkpointing is None else checkpointing}
+
+
+# %% ../../nbs/44_train_entry.ipynb #8a2936ee
+def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
+    "The `OTGRPOConfig` of a run, a `GRPOConfig` for a pretext reward (initialises torch.distributed when launched with torchrun / accelerate)."
+    from consistency_amp.training.trainer import OTGRPOConfig
     if "tensorboard" in report_integrations(params.report_to): os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(run_dir) / "tensorboard"))
     settings = dict(
         output_dir=str(Path(run_dir) / CHECKPOINTS_DIR), run_name=Path(run_dir).name, reward=params.reward,
@@ -76,10 +85,7 @@ def trainer_config(params: TrainParams, run_dir: str | os.PathLike):
         max_completion_length=params.max_completion_length, logging_steps=1,
         save_strategy="steps" if params.save_steps else "no", save_steps=params.save_steps or 500,
         save_total_limit=params.keep_checkpoints, report_to=report_integrations(params.report_to) or "none", disable_tqdm=False,
-        use_cpu=not cuda, bf16=cuda and torch.cuda.is_bf16_supported())
-    # transformers 5.x renamed gradient_checkpointing to activation_checkpointing (the old name warns); either is honoured
-    checkpointing = "activation_checkpointing" if hasattr(OTGRPOConfig, "activation_checkpointing") else "gradient_checkpointing"
-    settings[checkpointing] = cuda if params.gradient_checkpointing is None else params.gradient_checkpointing
+        **machine_settings(params.gradient_checkpointing))
     if params.reward in SSL_TASKS:                # no pairs: TRL's GRPOConfig with a paired run's prompts per step
         from consistency_amp.training.ssl_trainer import ssl_config
         paired = ("reward", "pairing", "label_noise", "pairs_per_device")

@@ -1,0 +1,67 @@
+"""`python -m consistency_amp.training.train_pairs` through the real command line, where a notebook cannot go: a
+signal stops it after the step with a checkpoint and the line that resumes it, the resumed run finishes with no step
+logged twice, and `torchrun` runs it in two processes (nbs/45_train_pairs.ipynb has the rest)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def environment():
+    return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+
+
+@pytest.fixture
+def text_pairs(tmp_path) -> list[str]:
+    "Flags for a run of the tiny text model on hand-made comparison pairs in `tmp_path`."
+    rows = [dict(prompt=f"Is {a} larger than {b}?", prompt_augmented=f"Is {b} larger than {a}?", relation="opposite",
+                 answer_type="boolean") for a, b in [(7, 3), (2, 9), (5, 4), (1, 8)]]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return ["--dataset_name", str(tmp_path / "pairs.jsonl"), "--model_name_or_path", "tiny-qwen2", "--output_dir",
+            str(tmp_path / "out"), "--num_generations", "2", "--max_completion_length", "8", "--disable_tqdm", "true"]
+
+
+def logged_steps(out: Path) -> list[int]:
+    log = out / "train_log.jsonl"
+    return [json.loads(line)["step"] for line in log.read_text().splitlines()] if log.is_file() else []
+
+
+def test_sigterm_stops_with_a_checkpoint_and_the_printed_command_resumes(text_pairs, tmp_path):
+    command = [sys.executable, "-m", "consistency_amp.training.train_pairs", *text_pairs, "--max_steps", "40"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=environment(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not logged_steps(tmp_path / "out") and proc.poll() is None and time.monotonic() < deadline: time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 143, err[-3000:]
+    step = logged_steps(tmp_path / "out")[-1]
+    assert step < 40 and (tmp_path / "out" / f"checkpoint-{step}").is_dir()
+    assert not (tmp_path / "out" / "adapter_config.json").exists()          # no final adapter from a stopped run
+    line = next(l for l in err.splitlines() if l.startswith(f"stopped by SIGTERM at step {step} with a checkpoint"))
+    resume = line.split("Resume with: ")[1].split("   (under torchrun")[0]
+    assert resume.startswith("python -m consistency_amp.training.train_pairs ") and resume.endswith("--resume_from_checkpoint true")
+    args = resume.split(" ", 3)[3].split()
+    done = subprocess.run([sys.executable, "-m", "consistency_amp.training.train_pairs", *args], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert logged_steps(tmp_path / "out") == list(range(1, 41))          # each step once, the stopped one included
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file()
+
+
+def test_two_processes_under_torchrun(text_pairs, tmp_path):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    if torchrun is None: pytest.skip("torchrun is not installed")
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "consistency_amp.training.train_pairs",
+                           *text_pairs, "--max_steps", "2"], cwd=tmp_path, env=environment(), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert logged_steps(tmp_path / "out") == [1, 2] and (tmp_path / "out" / "adapter_model.safetensors").is_file()
+    assert done.stdout.count("adapter and model card:") == 1                # the main process writes and says so
