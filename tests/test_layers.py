@@ -82,3 +82,9 @@ def test_a_research_import_is_found(tmp_path):
     (tmp_path / "b.py").write_text("import sys\nsys.path.insert(0, 'research')\n")
     (tmp_path / "c.py").write_text("from consistency_amp.training import pretext_base\n")
     assert [Path(f).name for f, _ in research_imports([tmp_path])] == ["a.py", "b.py"]
+
+
+def test_the_index_table_names_every_numbered_notebook():
+    "The README's table of layers (nbs/index.ipynb) lists each numbered notebook, so a new or renumbered one is not left out of it."
+    index = (PKG.parent / "nbs" / "index.ipynb").read_text()
+    assert [stem for stem in notebook_modules(PKG.parent / "nbs") if f"`{stem}`" not in index] == []
