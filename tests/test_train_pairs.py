@@ -65,3 +65,26 @@ def test_two_processes_under_torchrun(text_pairs, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert logged_steps(tmp_path / "out") == [1, 2] and (tmp_path / "out" / "adapter_model.safetensors").is_file()
     assert done.stdout.count("adapter and model card:") == 1                # the main process writes and says so
+
+
+def test_the_slurm_script_requeues_and_finishes_a_run_of_pairs(text_pairs, tmp_path):
+    "configs/slurm/train.sbatch with TRAIN_COMMAND set to this command: SIGUSR1 checkpoints and requeues, the requeued job (the same command, --resume_from_checkpoint true) finishes, and a third start does nothing."
+    fake, calls = tmp_path / "bin", tmp_path / "scontrol.calls"
+    fake.mkdir()
+    (fake / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"); (fake / "scontrol").chmod(0o755)
+    job = dict(environment(), TRAIN_COMMAND=f"{sys.executable} -m consistency_amp.training.train_pairs", SLURM_JOB_ID="77",
+               PATH=f"{fake}:{os.environ['PATH']}")
+    args = ["bash", str(REPO / "configs" / "slurm" / "train.sbatch"), *text_pairs, "--max_steps", "40"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=job, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not logged_steps(tmp_path / "out") and proc.poll() is None and time.monotonic() < deadline: time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)                             # what --signal=B:USR1@300 sends the batch script
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 138 and "stopped by SIGUSR1 at step" in err, err[-3000:]
+    assert calls.read_text().split() == ["requeue", "77"] and "requeueing job 77" in out
+    for start in ("requeued", "submitted again"):
+        done = subprocess.run(args, cwd=tmp_path, env=job, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (start, done.stderr[-3000:])
+        assert logged_steps(tmp_path / "out") == list(range(1, 41))
+    assert "holds a finished run's adapter: nothing to resume" in done.stdout
+    assert calls.read_text().split() == ["requeue", "77"]        # a job that finished does not requeue

@@ -32,7 +32,7 @@ PROG = "python -m consistency_amp.training.train_pairs"
 # %% auto #0
 __all__ = ['PROG', 'PAIR_FILE_BUILDERS', 'EXAMPLE_PAIRS', 'CARD_SETTINGS', 'CARD_METRICS', 'local_dataset', 'split_files',
            'images_from', 'load_pairs', 'pair_splits', 'is_vision_language', 'loader_kwargs', 'load_pair_model',
-           'script_defaults', 'pairs_parser', 'resume_value', 'check_output_dir', 'resume_command', 'pairs_model_card',
+           'script_defaults', 'pairs_parser', 'resume_value', 'finished_run', 'resume_command', 'pairs_model_card',
            'main', 'cli']
 
 # %% ../../nbs/45_train_pairs.ipynb #20f6d765
@@ -157,12 +157,14 @@ def resume_value(value):
 
 
 # %% ../../nbs/45_train_pairs.ipynb #5de8eae6
-def check_output_dir(config) -> None:
-    "Raise if `config.output_dir` holds a finished adapter and this is no resume: saving would write over it."
+def finished_run(config) -> bool:
+    "Whether `config.output_dir` holds the adapter of a finished run; FileExistsError if it does and this is no resume (saving would write over it)."
     folder = Path(config.output_dir)
-    if resume_value(config.resume_from_checkpoint) is None and (folder / "adapter_config.json").is_file():
+    if not (folder / "adapter_config.json").is_file(): return False
+    if resume_value(config.resume_from_checkpoint) is None:
         raise FileExistsError(f"output_dir {folder} holds the adapter of an earlier run (adapter_config.json): training would "
                               "write over it; give another --output_dir, or delete that folder")
+    return True
 
 
 # %% ../../nbs/45_train_pairs.ipynb #a1c6a1f8
@@ -220,7 +222,10 @@ def main(argv: list[str] | None = None) -> Path:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         script_args, config, model_args = pairs_parser().parse_args_and_config(argv)
-        check_output_dir(config)
+        if finished_run(config):                  # a requeued job whose run had ended: nothing to do, as the spatial command
+            if config.process_index == 0: print(f"{config.output_dir} holds a finished run's adapter: nothing to resume")
+            end_process_group()
+            return Path(config.output_dir)
         data = load_pairs(script_args.dataset_name, script_args.dataset_config)
         train, held_out = pair_splits(data, script_args.dataset_train_split, script_args.dataset_test_split,
                                       evaluate=config.eval_strategy != "no")
