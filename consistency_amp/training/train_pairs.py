@@ -190,6 +190,9 @@ def pairs_model_card(output_dir, base: str, dataset: str, config, results: dict 
     settings = "\n".join(f"| {k} | {getattr(config, k)} |" for k in CARD_SETTINGS)
     scores = "\n".join(f"| {k} | {v:.4g} |" for k, v in (results or {}).items() if k.startswith(CARD_METRICS))
     loader = "load_model" if is_vision_language(base) else "load_text_model"
+    watched = ("On the watched split (`trainer.evaluate()`: sampled answers, as during training):\n\n| metric | value |\n"
+               f"|---|---|\n{scores}" if scores else "No split was watched (eval_strategy 'no'); `consistency_amp.evaluate_pairs` "
+               "scores the adapter on pairs you keep apart.")
     body = f"""# {Path(output_dir).name}
 
 A LoRA adapter on `{base}`, trained with OT-GRPO on the prompt pairs of `{dataset}` by consistency_amp, the companion
@@ -210,7 +213,7 @@ model, processing_class = {loader}("{base}", adapter="path/to/{Path(output_dir).
 
 ## Results
 
-{f"On the watched split (`trainer.evaluate()`: sampled answers, as during training):" + chr(10) + chr(10) + "| metric | value |" + chr(10) + "|---|---|" + chr(10) + scores if scores else "No split was watched (eval_strategy 'no'); `consistency_amp.evaluate_pairs` scores the adapter on pairs you keep apart."}
+{watched}
 """
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}"))
 
