@@ -67,8 +67,10 @@ def images_from(dataset, folder: Path):
 
 
 # %% ../../nbs/45_train_pairs.ipynb #2ce01241
-def load_pairs(name: str, config: str | None = None) -> DatasetDict:
+def load_pairs(name: str, config: str | None = None, streaming: bool = False) -> DatasetDict:
     "The paired dataset `name`, split by split: a folder `Dataset.save_to_disk` wrote, one data file (.jsonl, .json, .csv, .parquet: the 'train' split), a folder of data files (`split_files`), or a Hub dataset (`config`: its configuration); relative image paths are taken from the local data's folder."
+    if streaming: raise ValueError("dataset_streaming: streamed rows cannot be checked or drawn by index (the paired sampler "
+                                   "draws pairs by index); leave it false")
     path = local_dataset(name)
     if path is None: return load_dataset(name, name=config)
     if path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):   # save_to_disk
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> Path:
             if config.process_index == 0: print(f"{config.output_dir} holds a finished run's adapter: nothing to resume")
             end_process_group()
             return Path(config.output_dir)
-        data = load_pairs(script_args.dataset_name, script_args.dataset_config)
+        data = load_pairs(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
         train, held_out = pair_splits(data, script_args.dataset_train_split, script_args.dataset_test_split,
                                       evaluate=config.eval_strategy != "no")
         model, processing_class = load_pair_model(model_args)
