@@ -87,7 +87,7 @@ def test_registry_line_prints_the_missing_runs(tmp_path):
 
 def _paper_line(kind: str) -> list[str]:
     "The words of the README's line that trains one run of the paper (Section 5.1), as `torchrun` or as `papermill`."
-    lines = [line for line in shell_lines() if line.startswith(kind) and ("consistency_amp.training.train" in line or "nbs/train.ipynb" in line)]
+    lines = [line for line in shell_lines() if line.startswith(kind) and {"consistency_amp.training.train", "nbs/train.ipynb"} & set(shlex.split(line))]
     return shlex.split(lines[0])
 
 

@@ -5,6 +5,7 @@
 # %% ../../nbs/45_train_pairs.ipynb #ae69d866
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import signal
@@ -148,6 +149,10 @@ def pairs_parser():
     from trl import ModelConfig, ScriptArguments, TrlParser
     parser = TrlParser((ScriptArguments, OTGRPOConfig, ModelConfig), prog=PROG)
     parser.set_defaults(**script_defaults())
+    # TrlParser takes --config out of the arguments itself (parse_args_and_config); declared, with no value in the parsed
+    # namespace (which would come back as a fourth result), so that --help shows it
+    parser.add_argument("--config", default=argparse.SUPPRESS, help="A YAML recipe of ScriptArguments, OTGRPOConfig and trl.ModelConfig fields and an "
+                                         "optional env mapping (configs/pairs/paper.yaml); flags override it.")
     return parser
 
 
