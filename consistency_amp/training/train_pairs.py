@@ -38,7 +38,7 @@ __all__ = ['PROG', 'PAIR_FILE_BUILDERS', 'EXAMPLE_PAIRS', 'CARD_SETTINGS', 'CARD
 
 # %% ../../nbs/45_train_pairs.ipynb #20f6d765
 PAIR_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}   # datasets' packaged builders
-EXAMPLE_PAIRS = "examples/square_pairs"   # shipped: the default dataset, a CPU run in about a minute
+EXAMPLE_PAIRS = "examples/square_pairs"   # shipped: the default dataset, a CPU run in seconds
 
 def local_dataset(name: str) -> Path | None:
     "The local file or folder `name` names, from the working directory (as `datasets` reads it) or else the repository root (as the project's paths are read); None: not local (a Hub id)."
