@@ -10,12 +10,14 @@ import os
 import shlex
 import signal
 import sys
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict, Value, load_dataset, load_from_disk
+from datasets.exceptions import DatasetGenerationError
+from trl import ScriptArguments
 
-from ..core import console_logging
+from ..core import console_logging, help_field
 from ..files import resolve_path
 from ..reward.paired_data import IMAGE_COLUMNS, check_paired_dataset
 from .model_card import PAPER, portable_base
@@ -33,8 +35,8 @@ PROG = "python -m consistency_amp.training.train_pairs"
 # %% auto #0
 __all__ = ['PROG', 'PAIR_FILE_BUILDERS', 'EXAMPLE_PAIRS', 'CARD_SETTINGS', 'CARD_METRICS', 'local_dataset', 'split_files',
            'images_from', 'load_pairs', 'pair_splits', 'is_vision_language', 'loader_kwargs', 'load_pair_model',
-           'script_defaults', 'pairs_parser', 'resume_value', 'finished_run', 'resume_command', 'pairs_model_card',
-           'main', 'cli']
+           'script_defaults', 'PairsScriptArguments', 'pairs_parser', 'resume_value', 'finished_run', 'resume_command',
+           'pairs_model_card', 'main', 'cli']
 
 # %% ../../nbs/45_train_pairs.ipynb #20f6d765
 PAIR_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}   # datasets' packaged builders
@@ -77,13 +79,14 @@ def load_pairs(name: str, config: str | None = None, streaming: bool = False) ->
     if path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):   # save_to_disk
         data = load_from_disk(str(path))
         data = DatasetDict(train=data) if isinstance(data, Dataset) else data
-    elif path.is_file():
-        if path.suffix not in PAIR_FILE_BUILDERS:
-            raise ValueError(f"dataset_name {name!r}: a {path.suffix or 'suffixless'} file; a paired data file is one of {', '.join(PAIR_FILE_BUILDERS)}")
-        data = load_dataset(PAIR_FILE_BUILDERS[path.suffix], data_files={"train": str(path)})
     else:
-        builder, files = split_files(path)
-        data = load_dataset(builder, data_files=files)
+        if path.is_file() and path.suffix not in PAIR_FILE_BUILDERS:
+            raise ValueError(f"dataset_name {name!r}: a {path.suffix or 'suffixless'} file; a paired data file is one of {', '.join(PAIR_FILE_BUILDERS)}")
+        builder, files = (PAIR_FILE_BUILDERS[path.suffix], {"train": str(path)}) if path.is_file() else split_files(path)
+        try: data = load_dataset(builder, data_files=files)
+        except DatasetGenerationError as e:       # its traceback names no file
+            raise ValueError(f"dataset_name {name!r}: datasets could not read {', '.join(Path(f).name for f in files.values())} "
+                             f"as {builder} ({str(e.__cause__ or e)[:300]})") from None
     return images_from(data, path if path.is_dir() else path.parent)
 
 
@@ -122,13 +125,14 @@ def loader_kwargs(model_args) -> dict:
 
 
 # %% ../../nbs/45_train_pairs.ipynb #c62c8440
-def load_pair_model(model_args) -> tuple:
-    "(model, processing class) of `model_args.model_name_or_path`: `load_model` for a vision-language model (vision tower frozen, LoRA on the language model), else `load_text_model`; with `loader_kwargs`."
+def load_pair_model(model_args, adapter: str | None = None) -> tuple:
+    "(model, processing class) of `model_args.model_name_or_path`: `load_model` for a vision-language model (vision tower frozen, LoRA on the language model), else `load_text_model`; with `loader_kwargs`, or the trained LoRA `adapter` to train on (its own LoRA settings)."
     from transformers.integrations import is_deepspeed_zero3_enabled
     if is_deepspeed_zero3_enabled():   # the loaders place the whole model on this process's device
         raise ValueError("DeepSpeed ZeRO-3 shards the model as it loads, which this script's loaders do not: use ZeRO-2 "
                          "(configs/accelerate/deepspeed_zero2.yaml) or plain data parallel")
     name, kwargs = model_args.model_name_or_path, loader_kwargs(model_args)
+    if adapter is not None: kwargs |= dict(adapter=adapter, adapter_trainable=True)   # checked by the loaders' load_adapter
     return (load_model if is_vision_language(name) else load_text_model)(name, **kwargs)
 
 
@@ -144,10 +148,16 @@ def script_defaults() -> dict:
 
 
 # %% ../../nbs/45_train_pairs.ipynb #439ead53
+@dataclass
+class PairsScriptArguments(ScriptArguments):
+    "TRL's `ScriptArguments` (the dataset and its splits) and the adapter a second stage trains on."
+    adapter: str | None = help_field(None, "A trained LoRA adapter (a folder this command or save_model wrote) to train on, "
+                                           "e.g. a second stage after a first; its own LoRA settings. None: a new LoRA.")
+
 def pairs_parser():
-    "TRL's `TrlParser` over `ScriptArguments`, `OTGRPOConfig` and `trl.ModelConfig` (`--config recipe.yaml` as in TRL), with `script_defaults`."
-    from trl import ModelConfig, ScriptArguments, TrlParser
-    parser = TrlParser((ScriptArguments, OTGRPOConfig, ModelConfig), prog=PROG)
+    "TRL's `TrlParser` over `PairsScriptArguments`, `OTGRPOConfig` and `trl.ModelConfig` (`--config recipe.yaml` as in TRL), with `script_defaults`."
+    from trl import ModelConfig, TrlParser
+    parser = TrlParser((PairsScriptArguments, OTGRPOConfig, ModelConfig), prog=PROG)
     parser.set_defaults(**script_defaults())
     # TrlParser takes --config out of the arguments itself (parse_args_and_config); declared, with no value in the parsed
     # namespace (which would come back as a fourth result), so that --help shows it
@@ -239,7 +249,7 @@ def main(argv: list[str] | None = None) -> Path:
         data = load_pairs(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
         train, held_out = pair_splits(data, script_args.dataset_train_split, script_args.dataset_test_split,
                                       evaluate=config.eval_strategy != "no")
-        model, processing_class = load_pair_model(model_args)
+        model, processing_class = load_pair_model(model_args, script_args.adapter)
         stop = StopRequest()
         trainer = OTGRPOTrainer(model, config, train, processing_class=processing_class, eval_dataset=held_out,
                                 callbacks=[run_callback(config.output_dir, config.max_steps, stop=stop)])
