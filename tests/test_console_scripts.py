@@ -28,6 +28,7 @@ def test_each_script_names_an_entry_function(name):
     ("consistency_amp.training.train", "consistency_amp.training.train:TrainParams"),
     ("consistency_amp.training.train_pairs", "trl:ScriptArguments"),
     ("consistency_amp.training.train_pairs", "trl:ModelConfig"),
+    ("consistency_amp.evaluation.pair_evaluation", "consistency_amp.evaluation.pair_evaluation:PairEvalArguments"),
 ])
 def test_help_lists_every_field(module, fields_of):
     from dataclasses import fields

@@ -5,13 +5,18 @@
 # %% ../../nbs/52_pair_evaluation.ipynb #e5b2217e
 from __future__ import annotations
 
+import json
+import sys
 import warnings
 from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from ..core import check_int
+from ..core import DEFAULT_MODEL, check_int, help_field
+from ..files import write_atomically
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
 from .held_out import results_table
 from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
@@ -20,7 +25,7 @@ from ..training.paired_sampler import pair_key
 from ..training.trainer import PairedPromptDataset
 
 # %% auto #0
-__all__ = ['answer_pairs', 'summarize_pairs', 'evaluate_pairs']
+__all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'main']
 
 # %% ../../nbs/52_pair_evaluation.ipynb #e0455ded
 def _prompt_row(row: dict) -> dict:
@@ -75,3 +80,48 @@ def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT
     summary = summarize_pairs(records)
     if verbose: print(results_table(summary))
     return summary, records
+
+# %% ../../nbs/52_pair_evaluation.ipynb #c97a7d32
+@dataclass
+class PairEvalArguments:
+    "What `python -m consistency_amp.evaluation.pair_evaluation` answers and where it writes; the model is `trl.ModelConfig`'s (`--model_name_or_path`, `--dtype`, `--attn_implementation`)."
+    dataset_name: str = help_field("examples/square_pairs", "The pairs, as train_pairs reads them: a folder of one data file per split, a data file, a save_to_disk folder, or a Hub dataset.")
+    dataset_config: str | None = help_field(None, "The Hub dataset's configuration.")
+    split: str = help_field("test", "The split answered: keep it apart from the pairs trained on.")
+    adapter: str | None = help_field(None, "A trained LoRA adapter (train_pairs' output_dir), frozen; None: the base model alone.")
+    max_new_tokens: int = help_field(DEFAULT_MAX_NEW_TOKENS, "New tokens per answer.")
+    batch_size: int = help_field(8, "Prompts answered together.")
+    output_file: str | None = help_field(None, "Write the summary and the per-pair records here as JSON (an existing file is refused); None: print only.")
+
+
+# %% ../../nbs/52_pair_evaluation.ipynb #ee06050d
+PROG = "python -m consistency_amp.evaluation.pair_evaluation"
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    "Entry point of `python -m consistency_amp.evaluation.pair_evaluation`: load the split and the model (and adapter), answer, print the table, write the JSON if asked; the summary rows."
+    from trl import ModelConfig, TrlParser
+    from consistency_amp.training.train_pairs import load_pair_model, load_pairs
+    parser = TrlParser((PairEvalArguments, ModelConfig), prog=PROG)
+    parser.set_defaults(model_name_or_path=DEFAULT_MODEL, dtype="auto", use_peft=True)   # the loaders' LoRA, as train_pairs
+    try:
+        args, model_args = parser.parse_args_and_config(argv)
+        if args.output_file and Path(args.output_file).exists():
+            raise FileExistsError(f"--output_file {args.output_file} exists: give another path, or delete it")
+        data = load_pairs(args.dataset_name, args.dataset_config)
+        if args.split not in data: raise ValueError(f"--split {args.split!r}: the dataset has no such split; it has {', '.join(sorted(data))}")
+        model, processing_class = load_pair_model(model_args, args.adapter, train=False)
+        summary, records = evaluate_pairs(model, processing_class, data[args.split], args.max_new_tokens, args.batch_size)
+    except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")
+    if args.output_file:
+        result = dict(dataset=args.dataset_name, split=args.split, model=model_args.model_name_or_path, adapter=args.adapter,
+                      max_new_tokens=args.max_new_tokens, summary=summary, records=records)
+        Path(args.output_file).parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(Path(args.output_file), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=1) + "\n"), overwrite=False)
+        print(f"results: {args.output_file}")
+    return summary
+
+
+# %% ../../nbs/52_pair_evaluation.ipynb #678787dd
+if __name__ == "__main__" and "get_ipython" not in globals():   # python -m consistency_amp.evaluation.pair_evaluation, not a notebook
+    main()
+

@@ -84,7 +84,7 @@ def load_pairs(name: str, config: str | None = None, streaming: bool = False) ->
             raise ValueError(f"dataset_name {name!r}: a {path.suffix or 'suffixless'} file; a paired data file is one of {', '.join(PAIR_FILE_BUILDERS)}")
         builder, files = (PAIR_FILE_BUILDERS[path.suffix], {"train": str(path)}) if path.is_file() else split_files(path)
         try: data = load_dataset(builder, data_files=files)
-        except DatasetGenerationError as e:       # its traceback names no file
+        except (DatasetGenerationError, ValueError) as e:   # datasets' and Arrow's messages name no file
             raise ValueError(f"dataset_name {name!r}: datasets could not read {', '.join(Path(f).name for f in files.values())} "
                              f"as {builder} ({str(e.__cause__ or e)[:300]})") from None
     return images_from(data, path if path.is_dir() else path.parent)
@@ -125,14 +125,15 @@ def loader_kwargs(model_args) -> dict:
 
 
 # %% ../../nbs/45_train_pairs.ipynb #c62c8440
-def load_pair_model(model_args, adapter: str | None = None) -> tuple:
-    "(model, processing class) of `model_args.model_name_or_path`: `load_model` for a vision-language model (vision tower frozen, LoRA on the language model), else `load_text_model`; with `loader_kwargs`, or the trained LoRA `adapter` to train on (its own LoRA settings)."
+def load_pair_model(model_args, adapter: str | None = None, train: bool = True) -> tuple:
+    "(model, processing class) of `model_args.model_name_or_path`: `load_model` for a vision-language model (vision tower frozen, LoRA on the language model), else `load_text_model`; with `loader_kwargs`, or the trained LoRA `adapter` (its own LoRA settings; trained on, or frozen where not `train`); not `train` and no adapter: the base alone."
     from transformers.integrations import is_deepspeed_zero3_enabled
     if is_deepspeed_zero3_enabled():   # the loaders place the whole model on this process's device
         raise ValueError("DeepSpeed ZeRO-3 shards the model as it loads, which this script's loaders do not: use ZeRO-2 "
                          "(configs/accelerate/deepspeed_zero2.yaml) or plain data parallel")
     name, kwargs = model_args.model_name_or_path, loader_kwargs(model_args)
-    if adapter is not None: kwargs |= dict(adapter=adapter, adapter_trainable=True)   # checked by the loaders' load_adapter
+    if adapter is not None: kwargs |= dict(adapter=adapter, adapter_trainable=train)   # checked by the loaders' load_adapter
+    elif not train: kwargs["lora"] = False
     return (load_model if is_vision_language(name) else load_text_model)(name, **kwargs)
 
 
