@@ -1479,6 +1479,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                     'consistency_amp/training/train_pairs.py'),
                                                       'consistency_amp.training.train_pairs.finished_run': ( 'train_pairs.html#finished_run',
                                                                                                              'consistency_amp/training/train_pairs.py'),
+                                                      'consistency_amp.training.train_pairs.hub_pairs': ( 'train_pairs.html#hub_pairs',
+                                                                                                          'consistency_amp/training/train_pairs.py'),
                                                       'consistency_amp.training.train_pairs.images_from': ( 'train_pairs.html#images_from',
                                                                                                             'consistency_amp/training/train_pairs.py'),
                                                       'consistency_amp.training.train_pairs.is_vision_language': ( 'train_pairs.html#is_vision_language',

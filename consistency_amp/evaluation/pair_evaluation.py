@@ -22,6 +22,7 @@ from .held_out import results_table
 from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.paired_sampler import pair_key
+from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
 from ..training.trainer import PairedPromptDataset
 
 # %% auto #0
@@ -85,7 +86,7 @@ def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT
 @dataclass
 class PairEvalArguments:
     "What `python -m consistency_amp.evaluation.pair_evaluation` answers and where it writes; the model is `trl.ModelConfig`'s (`--model_name_or_path`, `--dtype`, `--attn_implementation`)."
-    dataset_name: str = help_field("examples/square_pairs", "The pairs, as train_pairs reads them: a folder of one data file per split, a data file, a save_to_disk folder, or a Hub dataset.")
+    dataset_name: str = help_field(EXAMPLE_PAIRS, "The pairs, as train_pairs reads them: a folder of one data file per split, a data file, a save_to_disk folder, or a Hub dataset.")
     dataset_config: str | None = help_field(None, "The Hub dataset's configuration.")
     split: str = help_field("test", "The split answered: keep it apart from the pairs trained on.")
     adapter: str | None = help_field(None, "A trained LoRA adapter (train_pairs' output_dir), frozen; None: the base model alone.")
@@ -100,7 +101,6 @@ PROG = "python -m consistency_amp.evaluation.pair_evaluation"
 def main(argv: list[str] | None = None) -> list[dict]:
     "Entry point of `python -m consistency_amp.evaluation.pair_evaluation`: load the split and the model (and adapter), answer, print the table, write the JSON if asked; the summary rows."
     from trl import ModelConfig, TrlParser
-    from consistency_amp.training.train_pairs import load_pair_model, load_pairs
     parser = TrlParser((PairEvalArguments, ModelConfig), prog=PROG)
     parser.set_defaults(model_name_or_path=DEFAULT_MODEL, dtype="auto", use_peft=True)   # the loaders' LoRA, as train_pairs
     try:

@@ -21,7 +21,7 @@ from ..core import console_logging, help_field
 from ..files import resolve_path
 from ..reward.paired_data import IMAGE_COLUMNS, check_paired_dataset
 from .model_card import PAPER, portable_base
-from .models import LORA_ALPHA, LORA_DROPOUT, LORA_R, find_model, load_model
+from .models import _HUB_ID, LORA_ALPHA, LORA_DROPOUT, LORA_R, find_model, load_model
 from .run_callback import StopRequest, run_callback, stop_signal_of
 from .text_models import TINY_TEXT_MODEL, load_text_model, tiny_text_model_path
 from .train import machine_settings
@@ -34,9 +34,9 @@ PROG = "python -m consistency_amp.training.train_pairs"
 
 # %% auto #0
 __all__ = ['PROG', 'PAIR_FILE_BUILDERS', 'EXAMPLE_PAIRS', 'CARD_SETTINGS', 'CARD_METRICS', 'local_dataset', 'split_files',
-           'images_from', 'load_pairs', 'pair_splits', 'is_vision_language', 'loader_kwargs', 'load_pair_model',
-           'script_defaults', 'PairsScriptArguments', 'pairs_parser', 'resume_value', 'finished_run', 'resume_command',
-           'pairs_model_card', 'main', 'cli']
+           'images_from', 'hub_pairs', 'load_pairs', 'pair_splits', 'is_vision_language', 'loader_kwargs',
+           'load_pair_model', 'script_defaults', 'PairsScriptArguments', 'pairs_parser', 'resume_value', 'finished_run',
+           'resume_command', 'pairs_model_card', 'main', 'cli']
 
 # %% ../../nbs/45_train_pairs.ipynb #20f6d765
 PAIR_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}   # datasets' packaged builders
@@ -69,13 +69,23 @@ def images_from(dataset, folder: Path):
     return dataset.map(lambda row: {c: absolute(row[c]) for c in columns}, keep_in_memory=True)   # never a cache file in the user's folder
 
 
+# %% ../../nbs/45_train_pairs.ipynb #17503b53
+def hub_pairs(name: str, config: str | None = None) -> DatasetDict:
+    "The Hub dataset `name`; ValueError naming the places looked in where it is neither there nor a local file or folder (a mistyped path would otherwise reach the Hub and fail there, after retries)."
+    where = f"no file or folder {name!r} (looked from the working directory and from the repository root, {resolve_path('.')})"
+    if not _HUB_ID.fullmatch(name): raise ValueError(f"dataset_name: {where}")
+    try: return load_dataset(name, name=config)
+    except OSError as e:                          # not on the Hub, no access, or offline and not cached
+        raise ValueError(f"dataset_name: {where}, and the Hub gives no dataset {name!r} ({type(e).__name__}: {str(e)[:200]})") from None
+
+
 # %% ../../nbs/45_train_pairs.ipynb #2ce01241
 def load_pairs(name: str, config: str | None = None, streaming: bool = False) -> DatasetDict:
     "The paired dataset `name`, split by split: a folder `Dataset.save_to_disk` wrote, one data file (.jsonl, .json, .csv, .parquet: the 'train' split), a folder of data files (`split_files`), or a Hub dataset (`config`: its configuration); relative image paths are taken from the local data's folder."
     if streaming: raise ValueError("dataset_streaming: streamed rows cannot be checked or drawn by index (the paired sampler "
                                    "draws pairs by index); leave it false")
     path = local_dataset(name)
-    if path is None: return load_dataset(name, name=config)
+    if path is None: return hub_pairs(name, config)
     if path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json")):   # save_to_disk
         data = load_from_disk(str(path))
         data = DatasetDict(train=data) if isinstance(data, Dataset) else data
