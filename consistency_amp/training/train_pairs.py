@@ -17,7 +17,7 @@ from datasets import Dataset, DatasetDict, Value, load_dataset, load_from_disk
 from datasets.exceptions import DatasetGenerationError
 from trl import ScriptArguments
 
-from ..core import console_logging, help_field
+from ..core import FALSE_WORDS, TRUE_WORDS, console_logging, help_field
 from ..files import resolve_path
 from ..reward.paired_data import IMAGE_COLUMNS, check_paired_dataset
 from .model_card import PAPER, portable_base
@@ -179,9 +179,10 @@ def pairs_parser():
 
 # %% ../../nbs/45_train_pairs.ipynb #9040a2eb
 def resume_value(value):
-    "`--resume_from_checkpoint` as `Trainer.train` takes it: true (or 'last') for the newest complete checkpoint in output_dir, a checkpoint folder, or None."
-    if value is None or str(value).strip().lower() in ("", "false", "no", "none"): return None
-    return True if str(value).strip().lower() in ("true", "yes", "1", "last") else value
+    "`--resume_from_checkpoint` as `Trainer.train` takes it: a switch word of `core.TRUE_WORDS` (or 'last') for the newest complete checkpoint in output_dir, one of `FALSE_WORDS` (or none) for a fresh start, else a checkpoint folder."
+    text = "" if value is None else str(value).strip().lower()
+    if text in FALSE_WORDS + ("", "none"): return None
+    return True if text in TRUE_WORDS + ("last",) else value
 
 
 # %% ../../nbs/45_train_pairs.ipynb #5de8eae6
