@@ -88,3 +88,17 @@ def test_the_index_table_names_every_numbered_notebook():
     "The README's table of layers (nbs/index.ipynb) lists each numbered notebook, so a new or renumbered one is not left out of it."
     index = (PKG.parent / "nbs" / "index.ipynb").read_text()
     assert [stem for stem in notebook_modules(PKG.parent / "nbs") if f"`{stem}`" not in index] == []
+
+
+def test_notebook_pointers_name_notebooks_that_exist():
+    """Every `nbs/NN_name.ipynb` named in a tracked file exists: a renumbering (tools of the sessions that add a notebook
+    shift the later ones) must carry the READMEs, scripts, recipes and comments with it. `benchmarks/results/` is left
+    out: its files record what was run on their date, under that day's names."""
+    import re, subprocess
+    root = PKG.parent
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    pointer = re.compile(r"nbs/\d\d_[A-Za-z0-9_]+\.ipynb")
+    stale = [f"{name}: {p}" for name in tracked if not name.startswith("benchmarks/results/")
+             and (root / name).is_file() and (root / name).suffix in (".md", ".py", ".sh", ".yaml", ".ipynb", ".sbatch", ".toml", "")
+             for p in sorted(set(pointer.findall((root / name).read_text(errors="ignore")))) if not (root / p).exists()]
+    assert not stale, stale
