@@ -15,7 +15,7 @@ from functools import cache
 from numbers import Integral
 
 # %% auto #0
-__all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'SIDES', 'NOISE_LEVELS', 'SCALES', 'PAPER_MODELS',
+__all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'SIDES', 'NOISE_LEVELS', 'SCALES', 'PAPER', 'PAPER_MODELS',
            'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL',
            'SPATIAL_BASE_PREFIX', 'DEFAULT_MODEL', 'check_choice', 'check_choices', 'check_int', 'read_bool',
            'check_notebook_parameters', 'accept_both_spellings', 'help_field', 'console_logging',
@@ -96,6 +96,7 @@ NOISE_LEVELS = (0.1, 0.2, 0.3, 0.4)            # Section 5.4: the flipped-label 
 SCALES = ("mini", "paper")                     # this project's: every figure's runs at toy size, or the paper's
 
 # %% ../nbs/02_core.ipynb #5db4a591
+PAPER = dict(title="The Art of Interrogation: Consistency Amplifies Factuality in Spatial Reasoning", venue="ICML 2026")
 PAPER_MODELS = {"3B": "Qwen/Qwen2.5-VL-3B-Instruct", "7B": "Qwen/Qwen2.5-VL-7B-Instruct"}
 PAPER_MODEL_SIZES = tuple(PAPER_MODELS)
 PAPER_SETTINGS = dict(steps=500, num_generations=8, pairs_per_device=4, learning_rate=1e-6, temperature=1.0, beta=0.0,

@@ -15,7 +15,7 @@ from ..files import write_atomically
 from .runs import ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, EVAL_DIR, PARAMS_FILE, read_json
 
 # %% auto #0
-__all__ = ['PAPER', 'CARD_PARAMS', 'portable_base', 'model_card', 'write_model_card', 'push_adapter', 'save_final_adapter']
+__all__ = ['CARD_PARAMS', 'portable_base', 'model_card', 'write_model_card', 'push_adapter', 'save_final_adapter']
 
 # %% ../../nbs/35_model_card.ipynb #c771f914
 def portable_base(adapter_dir, model: str) -> Path:
@@ -27,7 +27,8 @@ def portable_base(adapter_dir, model: str) -> Path:
     return path
 
 # %% ../../nbs/35_model_card.ipynb #015c003d
-PAPER = dict(title="The Art of Interrogation: Consistency Amplifies Factuality in Spatial Reasoning", venue="ICML 2026")
+from ..core import PAPER   # the paper the cards cite, said once (the trainer's checkpoint card cites it too)
+
 CARD_PARAMS = ("task", "source", "reward", "pairing", "model", "data_root", "steps", "num_generations", "pairs_per_device",
                "learning_rate", "temperature", "beta", "seed", "label_noise", "marker_swap", "blind")
 

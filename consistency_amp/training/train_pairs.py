@@ -17,17 +17,17 @@ from datasets import Dataset, DatasetDict, Value, load_dataset, load_from_disk
 from datasets.exceptions import DatasetGenerationError
 from trl import ScriptArguments
 
-from ..core import FALSE_WORDS, TRUE_WORDS, console_logging, help_field
+from ..core import FALSE_WORDS, PAPER, TRUE_WORDS, console_logging, help_field
 from ..files import resolve_path
 from ..reward.paired_data import IMAGE_COLUMNS, check_paired_dataset
-from .model_card import PAPER, portable_base
+from .model_card import portable_base
 from .models import _HUB_ID, LORA_ALPHA, LORA_DROPOUT, LORA_R, find_model, load_model
 from .run_callback import StopRequest, run_callback, stop_signal_of
 from .text_models import TINY_TEXT_MODEL, load_text_model, tiny_text_model_path
 from .train import machine_settings
 from .train_cli import end_process_group
 from .train_params import MODEL_ARGS, SET_BY_PARAMS, TrainParams, load_kwargs
-from .trainer import OTGRPOConfig, OTGRPOTrainer
+from .trainer import OT_GRPO_TAGS, OTGRPOConfig, OTGRPOTrainer
 
 PROG = "python -m consistency_amp.training.train_pairs"
 
@@ -215,7 +215,7 @@ CARD_METRICS = ("eval_answers/", "eval_rewards/", "eval_reward")   # the scores 
 def pairs_model_card(output_dir, base: str, dataset: str, config, results: dict | None = None) -> str:
     "The model card of an adapter trained by this script: Hub metadata, the paper, the base model, the data, the settings, how to load it, and the scores on the watched split (`results`: `trainer.evaluate()`'s)."
     from huggingface_hub import ModelCard, ModelCardData
-    data = ModelCardData(base_model=base, library_name="peft", tags=["consistency_amp", "trl", "grpo", "lora", "ot-grpo"])
+    data = ModelCardData(base_model=base, library_name="peft", tags=[*OT_GRPO_TAGS, "lora"])
     settings = "\n".join(f"| {k} | {getattr(config, k)} |" for k in CARD_SETTINGS)
     scores = "\n".join(f"| {k} | {v:.4g} |" for k, v in (results or {}).items() if k.startswith(CARD_METRICS))
     loader = "load_model" if is_vision_language(base) else "load_text_model"
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> Path:
     if config.process_index == 0:                 # the base by the name it was given (peft records the folder it loaded)
         portable_base(config.output_dir, model_args.model_name_or_path)
         card = pairs_model_card(config.output_dir, model_args.model_name_or_path, script_args.dataset_name, config, metrics)
-        (Path(config.output_dir) / "README.md").write_text(card)   # in place of TRL's, whose links assume Hub names
+        (Path(config.output_dir) / "README.md").write_text(card)   # in place of the checkpoints' card (nb 28)
         print(f"adapter and model card: {config.output_dir}")
     del trainer; end_process_group()
     return Path(config.output_dir)

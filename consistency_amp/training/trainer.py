@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ from torch.utils.data import Dataset, Sampler
 from transformers import TrainerState
 from trl import GRPOConfig, GRPOTrainer
 
-from ..core import (PAIRINGS, PAPER_SETTINGS, REWARDS, SIDES, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int,
+from ..core import (PAIRINGS, PAPER, PAPER_SETTINGS, REWARDS, SIDES, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int,
     check_trainable, help_field, mend_notebook_progress)
 from ..files import TRAINER_STATE_FILE, complete_checkpoints   # what makes a checkpoint complete, said once
 from ..reward.pairing import consistency_reward_func, paired_consistency_rewards
@@ -41,8 +42,8 @@ from ..reward.verifiers import (
     ANSWER_FORMAT_HINT, accuracy, accuracy_reward_func, completion_text, format_reward_func, log_answer_metrics, parse_answer)
 
 # %% auto #0
-__all__ = ['OTGRPOConfig', 'settle_paired_config', 'PairedPromptDataset', 'consistency_reward_placeholder', 'paired_prompts',
-           'OTGRPOTrainer']
+__all__ = ['OT_GRPO_TAGS', 'OTGRPOConfig', 'settle_paired_config', 'PairedPromptDataset', 'consistency_reward_placeholder',
+           'paired_prompts', 'OTGRPOTrainer', 'checkpoint_card']
 
 # %% ../../nbs/28_trainer.ipynb #246f1434
 @dataclass
@@ -206,8 +207,11 @@ def paired_prompts(dataset, args: OTGRPOConfig, make_pair: Callable[..., PromptP
     except ValueError as e: raise ValueError(f"{name}: {e}") from None   # which of the trainer's two datasets
 
 # %% ../../nbs/28_trainer.ipynb #966b8c7b
+OT_GRPO_TAGS = ("consistency_amp", "trl", "grpo", "ot-grpo")   # the Hub tags of everything OT-GRPO trains
+
 class OTGRPOTrainer(GRPOTrainer):
     "TRL's GRPOTrainer on paired prompts (x, x' = T(x)) with the paired consistency reward or the accuracy reward."
+    _name, _tag_names = "OT-GRPO", list(OT_GRPO_TAGS)   # what TRL's Hub tags and model cards call the method
     def __init__(self, model, args: OTGRPOConfig, train_dataset, processing_class=None, peft_config=None,
                  make_pair: Callable[..., PromptPair] = make_prompt_pair, callbacks=None, optimizers=(None, None), reward_funcs=(),
                  eval_dataset=None):
@@ -260,6 +264,12 @@ class OTGRPOTrainer(GRPOTrainer):
             raise ValueError(f"{os.path.dirname(state)} is at step {step} of max_steps={max_steps}: the run is complete, and "
                              "resuming it would train one step more. Its adapter is in that checkpoint; raise max_steps to train on")
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None):
+        "The card TRL writes into `output_dir` at every checkpoint (and on `push_to_hub`), the project's `checkpoint_card`: TRL's template calls the method GRPO of DeepSeekMath and links a base loaded from a folder as huggingface.co/None."
+        if self.is_world_process_zero():
+            card = checkpoint_card(self, model_name or Path(self.args.output_dir).name, dataset_name, tags)
+            card.save(os.path.join(self.args.output_dir, "README.md"))
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         "TRL's generation without the input-gradient hooks; on a static cache, one of whole blocks (`static_cache_length`); with `merge_lora_for_generation`, from the merged weights (`merged_lora_weights`, stacked by group with `fuse_projections`); with `rotary_in_one_pass`, queries and keys rotated in one pass; with `share_prompt_prefill`, each prompt prefilled once; with vLLM, TRL's weight sync merging out of place (`out_of_place_merges`)."
@@ -345,3 +355,32 @@ class OTGRPOTrainer(GRPOTrainer):
                               "cut off, so every task reward is 0 and nothing is learned; raise max_completion_length")
             else: warnings.warn(f"no completion of a step gave a parseable answer: {ANSWER_FORMAT_HINT}")
         return rewards_per_func
+
+# %% ../../nbs/28_trainer.ipynb #0fa3b7dd
+def checkpoint_card(trainer: OTGRPOTrainer, model_name: str, dataset_name: str | None = None, tags=None):
+    "The model card of a run's checkpoints (`OTGRPOTrainer.create_model_card`): the method and paper, the base model by the name it was loaded from (a folder too), the reward and pairing, the step reached, the libraries' versions."
+    import peft, transformers, trl
+    from huggingface_hub import ModelCard, ModelCardData
+    args, model = trainer.args, trainer.accelerator.unwrap_model(trainer.model)
+    base, adapter = getattr(model.config, "_name_or_path", "") or None, hasattr(model, "peft_config")
+    tags = [*OT_GRPO_TAGS, *([tags] if isinstance(tags, str) else tags or ())]
+    data = ModelCardData(base_model=base, library_name="peft" if adapter else "transformers", tags=tags)
+    reward = (f"the label-free consistency reward, {args.pairing} pairing" if args.reward == "consistency"
+              else "the ground-truth accuracy reward")
+    what = "a LoRA adapter on" if adapter else "a fine-tune of"
+    body = f"""# {model_name}
+
+The checkpoints of an OT-GRPO run, the newest at step {trainer.state.global_step} of {args.max_steps}: {what} `{base}`,
+trained by consistency_amp with {reward}{f" on {dataset_name}" if dataset_name else ""}.
+
+OT-GRPO is GRPO on prompt pairs x and x' = T(x), each pair's completions matched by optimal transport (Section 4 of
+*{PAPER['title']}*, {PAPER['venue']}). This run: K = {args.num_generations} completions per prompt,
+{args.per_device_train_batch_size} completions per device and step, learning rate {args.learning_rate}, temperature
+{args.temperature}, beta {args.beta}.
+
+The finished run's adapter comes with its own card, with its data and results.
+
+Trained with TRL {trl.__version__}, transformers {transformers.__version__}, peft {peft.__version__} and torch
+{torch.__version__}.
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
