@@ -130,6 +130,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                         'consistency_amp/evaluation/pair_evaluation.py'),
                                                             'consistency_amp.evaluation.pair_evaluation.answer_pairs': ( 'pair_evaluation.html#answer_pairs',
                                                                                                                          'consistency_amp/evaluation/pair_evaluation.py'),
+                                                            'consistency_amp.evaluation.pair_evaluation.cli': ( 'pair_evaluation.html#cli',
+                                                                                                                'consistency_amp/evaluation/pair_evaluation.py'),
                                                             'consistency_amp.evaluation.pair_evaluation.evaluate_pairs': ( 'pair_evaluation.html#evaluate_pairs',
                                                                                                                            'consistency_amp/evaluation/pair_evaluation.py'),
                                                             'consistency_amp.evaluation.pair_evaluation.main': ( 'pair_evaluation.html#main',

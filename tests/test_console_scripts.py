@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
 
 
-def test_the_four_commands_are_declared():
-    assert sorted(SCRIPTS) == ["consistency-amp-evaluate", "consistency-amp-registry", "consistency-amp-train",
+def test_the_five_commands_are_declared():
+    assert sorted(SCRIPTS) == ["consistency-amp-evaluate", "consistency-amp-evaluate-pairs", "consistency-amp-registry", "consistency-amp-train",
                                "consistency-amp-train-pairs"]
 
 

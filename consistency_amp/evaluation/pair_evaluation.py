@@ -26,7 +26,7 @@ from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
 from ..training.trainer import PairedPromptDataset
 
 # %% auto #0
-__all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'main']
+__all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'main', 'cli']
 
 # %% ../../nbs/52_pair_evaluation.ipynb #e0455ded
 def _prompt_row(row: dict) -> dict:
@@ -120,6 +120,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"results: {args.output_file}")
     return summary
 
+
+# %% ../../nbs/52_pair_evaluation.ipynb #1b4618d6
+def cli(argv: list[str] | None = None) -> int:
+    "`main` for the console script `consistency-amp-evaluate-pairs` (exit status 0; errors exit through `main`)."
+    main(argv)
+    return 0
 
 # %% ../../nbs/52_pair_evaluation.ipynb #678787dd
 if __name__ == "__main__" and "get_ipython" not in globals():   # python -m consistency_amp.evaluation.pair_evaluation, not a notebook
