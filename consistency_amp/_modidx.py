@@ -1471,6 +1471,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                        'consistency_amp/training/train_cli.py'),
                                                     'consistency_amp.training.train_cli.typed_trl_values': ( 'train_cli.html#typed_trl_values',
                                                                                                              'consistency_amp/training/train_cli.py'),
+                                                    'consistency_amp.training.train_cli.without_flags': ( 'train_cli.html#without_flags',
+                                                                                                          'consistency_amp/training/train_cli.py'),
                                                     'consistency_amp.training.train_cli.write_failure': ( 'train_cli.html#write_failure',
                                                                                                           'consistency_amp/training/train_cli.py')},
             'consistency_amp.training.train_pairs': { 'consistency_amp.training.train_pairs.PairsScriptArguments': ( 'train_pairs.html#pairsscriptarguments',

@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from .train_params import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REW
 
 # %% auto #0
 __all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'typed_trl_values', 'recipe', 'parse_args',
-           'resume_argv', 'stopped_message', 'write_failure', 'end_process_group']
+           'without_flags', 'resume_argv', 'stopped_message', 'write_failure', 'end_process_group']
 
 # %% ../../nbs/38_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -153,16 +154,20 @@ def parse_args(argv: list[str] | None = None) -> TrainParams:
 # %% ../../nbs/38_train_cli.ipynb #27895f49
 _VALUES = TRUE_WORDS + FALSE_WORDS   # the values a flag may be given
 
-def resume_argv(argv: list[str]) -> list[str]:
-    "`argv` with --overwrite and --resume (and their true/false values) removed and --resume appended."
+def without_flags(argv: list[str], flags: Sequence[str], takes: Callable[[str], bool]) -> list[str]:
+    "`argv` without `flags`, written `--flag=value`, `--flag value` (the next argument, where `takes` it) or bare."
     out, skip = [], False
     for i, arg in enumerate(argv):
         if skip: skip = False; continue
-        if arg.split("=")[0] in ("--overwrite", "--resume"):
-            skip = "=" not in arg and i + 1 < len(argv) and argv[i + 1].lower() in _VALUES
+        if arg.split("=")[0] in flags:
+            skip = "=" not in arg and i + 1 < len(argv) and takes(argv[i + 1])
             continue
         out.append(arg)
-    return out + ["--resume"]
+    return out
+
+def resume_argv(argv: list[str]) -> list[str]:
+    "`argv` with --overwrite and --resume (and their true/false values) removed and --resume appended."
+    return without_flags(argv, ("--overwrite", "--resume"), lambda value: value.lower() in _VALUES) + ["--resume"]
 
 # %% ../../nbs/38_train_cli.ipynb #589bbe60
 def stopped_message(params: TrainParams, why: str, argv: list[str] | None = None, step: int | None = None) -> str:

@@ -25,7 +25,7 @@ from .models import _HUB_ID, LORA_ALPHA, LORA_DROPOUT, LORA_R, find_model, load_
 from .run_callback import StopRequest, run_callback, stop_signal_of
 from .text_models import TINY_TEXT_MODEL, load_text_model, tiny_text_model_path
 from .train import machine_settings
-from .train_cli import end_process_group
+from .train_cli import end_process_group, without_flags
 from .train_params import MODEL_ARGS, SET_BY_PARAMS, TrainParams, load_kwargs
 from .trainer import OT_GRPO_TAGS, OTGRPOConfig, OTGRPOTrainer
 
@@ -199,13 +199,8 @@ def finished_run(config) -> bool:
 # %% ../../nbs/45_train_pairs.ipynb #a1c6a1f8
 def resume_command(argv: list[str]) -> str:
     "The command line that continues a stopped run: `argv` with `--resume_from_checkpoint true` in place of any given."
-    out, skip = [], False
-    for arg in argv:
-        if skip: skip = False; continue
-        if arg.split("=")[0] == "--resume_from_checkpoint": skip = "=" not in arg; continue
-        out.append(arg)
-    return f"{PROG} {shlex.join(out + ['--resume_from_checkpoint', 'true'])}"
-
+    kept = without_flags(argv, ("--resume_from_checkpoint",), lambda value: True)   # its value: true, false or a path
+    return f"{PROG} {shlex.join(kept + ['--resume_from_checkpoint', 'true'])}"
 
 # %% ../../nbs/45_train_pairs.ipynb #94c1f9e3
 CARD_SETTINGS = ("pairing", "reward", "num_generations", "pairs_per_device", "max_steps", "learning_rate", "temperature", "beta",
