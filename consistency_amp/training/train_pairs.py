@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict, Value, load_dataset, load_from_disk
+from datasets.data_files import DataFilesDict, get_data_patterns
 from datasets.exceptions import DatasetGenerationError
 from trl import ScriptArguments
 
@@ -49,14 +50,18 @@ def local_dataset(name: str) -> Path | None:
 
 # %% ../../nbs/45_train_pairs.ipynb #e0466401
 def split_files(folder: Path) -> tuple[str, dict]:
-    "(datasets builder, {split: file}) of a folder of paired data files, one per split and named after it (train.jsonl, test.jsonl); ValueError naming the folder where there are none, or two formats."
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in PAIR_FILE_BUILDERS)
-    builders = {PAIR_FILE_BUILDERS[p.suffix] for p in files}
+    "(datasets builder, {split: [files]}) of a folder of paired data files, split as `datasets` splits a folder: a file or shards named after the split (`train.jsonl`, `test-00000-of-00002.parquet`; `dev`/`val` is 'validation'), all in 'train' if none is; other files (images, results, subfolders) are not read. ValueError naming the folder where there are none, or two formats."
+    try: found = DataFilesDict.from_patterns(get_data_patterns(str(folder)), base_path=str(folder))
+    except FileNotFoundError: found = {}   # datasets' EmptyDatasetError: an empty folder
+    files = {str(split): sorted(f for f in fs if Path(f).suffix in PAIR_FILE_BUILDERS and Path(f).parent.resolve() == folder.resolve())   # not a run's
+         for split, fs in found.items()}                                  # output inside it (its train_log.jsonl)
+    files = {split: fs for split, fs in files.items() if fs}
+    builders = {PAIR_FILE_BUILDERS[Path(f).suffix] for fs in files.values() for f in fs}
     if len(builders) != 1:
-        raise ValueError(f"dataset_name {str(folder)!r}: a folder of paired data holds one {'/'.join(PAIR_FILE_BUILDERS)} file per split, "
-                         f"named after it (train.jsonl, test.jsonl); it holds {', '.join(p.name for p in files) or 'none'}")
-    return builders.pop(), {p.stem: str(p) for p in files}
-
+        names = sorted(os.path.relpath(f, folder) for fs in files.values() for f in fs)
+        raise ValueError(f"dataset_name {str(folder)!r}: a folder of paired data holds {'/'.join(PAIR_FILE_BUILDERS)} files of one "
+                         f"format, named after their split (train.jsonl, test.jsonl); it holds {', '.join(names) or 'none'}")
+    return builders.pop(), files
 
 # %% ../../nbs/45_train_pairs.ipynb #5b68a5e2
 def images_from(dataset, folder: Path):
@@ -92,10 +97,10 @@ def load_pairs(name: str, config: str | None = None, streaming: bool = False) ->
     else:
         if path.is_file() and path.suffix not in PAIR_FILE_BUILDERS:
             raise ValueError(f"dataset_name {name!r}: a {path.suffix or 'suffixless'} file; a paired data file is one of {', '.join(PAIR_FILE_BUILDERS)}")
-        builder, files = (PAIR_FILE_BUILDERS[path.suffix], {"train": str(path)}) if path.is_file() else split_files(path)
+        builder, files = (PAIR_FILE_BUILDERS[path.suffix], {"train": [str(path)]}) if path.is_file() else split_files(path)
         try: data = load_dataset(builder, data_files=files)
         except (DatasetGenerationError, ValueError) as e:   # datasets' and Arrow's messages name no file
-            raise ValueError(f"dataset_name {name!r}: datasets could not read {', '.join(Path(f).name for f in files.values())} "
+            raise ValueError(f"dataset_name {name!r}: datasets could not read {', '.join(Path(f).name for fs in files.values() for f in fs)} "
                              f"as {builder} ({str(e.__cause__ or e)[:300]})") from None
     return images_from(data, path if path.is_dir() else path.parent)
 
