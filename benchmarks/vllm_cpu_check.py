@@ -273,18 +273,22 @@ def run_entry_evaluation(folder: Path, results: list) -> None:
     from consistency_amp.evaluation import evaluate
     cpu_engine_settings()
     got = {}
-    for backend in ("vllm", "vllm-lora", "transformers"):
+    # the LoRA engine once more as the GPU check's first fallback starts it (vllm_device_check.sh): no CUDA graphs,
+    # through the command's --vllm_engine_args (on the CPU vLLM captures none anyway: this checks the keyword's path)
+    for name, backend, extra in (("vllm", "vllm", []), ("vllm-lora", "vllm-lora", []), ("transformers", "transformers", []),
+                                 ("vllm-lora-eager", "vllm-lora", ["--vllm_engine_args", '{"enforce_eager": true}'])):
         written = evaluate.main(["--run", str(entry_run(folder)), "--backend", backend, "--tasks", "depth", "--sources",
                                  "SUNRGBD", "--max_examples", "8", "--consistency_samples", "0", "--max_new_tokens",
-                                 "16", "--examples", "--eval_name", backend])
-        got[backend] = json.loads(Path(written).read_text())
-    for backend, how in (("vllm", "folded into a copy of the weights"), ("vllm-lora", "served as a LoRARequest")):
+                                 "16", "--examples", "--eval_name", name, *extra])
+        got[name] = json.loads(Path(written).read_text())
+    for backend, how in (("vllm", "folded into a copy of the weights"), ("vllm-lora", "served as a LoRARequest"),
+                         ("vllm-lora-eager", "served as a LoRARequest, enforce_eager")):
         pairs = [(a["completion"], b["completion"]) for a, b in zip(got[backend]["examples"], got["transformers"]["examples"])]
         # A completion cut at max_new_tokens inside a multi-byte character: transformers decodes the dangling bytes as
         # U+FFFD, vLLM's incremental detokenizer holds them back; the tokens are the same
         same = [a.rstrip("\ufffd") == b.rstrip("\ufffd") for a, b in pairs]
         dangling = sum(a != b for a, b in pairs)
-        report(results, f"the run evaluated with --backend {backend} = --backend transformers", bool(same) and all(same),
+        report(results, f"the run evaluated with {backend} = with transformers", bool(same) and all(same),
                f"{sum(same)}/{len(same)} answers the same (the run's adapter {how}; {dangling} of them differ by a "
                f"trailing U+FFFD only, transformers' decoding of a character cut off at 16 tokens)")
 

@@ -89,10 +89,19 @@ evaluate() {   # evaluate LABEL LIMIT ARGS...: one evaluation through vLLM, its 
 evaluate _merged "$EVAL_TIMEOUT" --backend vllm --max_examples 30
 # the adapter as LoRA (vLLM's kernels), the engine that stalled in session 38
 evaluate _lora "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50
-# a lead, should it stall again: on a GPU vLLM 0.26 runs Qwen2.5-VL on its "Model Runner V2" (vllm/config/vllm.py,
-# use_v2_model_runner), which has its own LoRA code (vllm/v1/worker/gpu/lora_utils.py); the CPU build, where the adapter's
-# evaluation always ran, has no Triton and falls back to the V1 runner. So the same evaluation on the V1 runner, in its
-# own run folder (the stalled one may hold the first's lock)
-case $? in 124|137) VLLM_USE_V2_MODEL_RUNNER=0 evaluate _lora_v1_runner "$LORA_EVAL_TIMEOUT" --backend vllm-lora \
+# two leads, should it stall again, tried in this order, each in its own run folder (the stalled one may hold the
+# first's lock):
+# 1. CUDA-graph capture with LoRA. vLLM captures a graph for every batch size it may decode, and with LoRA enabled for
+#    each LoRA layout too: startups of minutes to hours, the CPU busy and the GPU idle, with little in the log, are
+#    reported in vLLM's issues #16961 (0.8.4, "Graph capturing finished in 11412 secs"), #16716 and #20354 (0.9.1,
+#    "takes a long time to start up when using --enable-lora and CUDA Graph"); the plain engine of session 38 spent 91 s
+#    of its start compiling and capturing. `enforce_eager` captures none (`--vllm_engine_args`, vllm.LLM's keywords).
+# 2. the V1 runner: on a GPU vLLM 0.26 runs Qwen2.5-VL on its "Model Runner V2" (vllm/config/vllm.py,
+#    use_v2_model_runner), which has its own LoRA code (vllm/v1/worker/gpu/lora_utils.py); the CPU build, where the
+#    adapter's evaluation always ran, has no Triton and falls back to the V1 runner.
+lora_rc=$?
+case $lora_rc in 124|137) evaluate _lora_eager "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50 \
+  --vllm_engine_args '{"enforce_eager": true}' --run_name "random-$ARCH-lora-eager"; lora_rc=$? ;; esac
+case $lora_rc in 124|137) VLLM_USE_V2_MODEL_RUNNER=0 evaluate _lora_v1_runner "$LORA_EVAL_TIMEOUT" --backend vllm-lora \
   --tasks depth --max_examples 50 --run_name "random-$ARCH-lora-v1-runner" ;; esac
 exit 0

@@ -48,6 +48,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                        'consistency_amp/evaluation/evaluate.py'),
                                                      'consistency_amp.evaluation.evaluate._count_or_none': ( 'evaluate.html#_count_or_none',
                                                                                                              'consistency_amp/evaluation/evaluate.py'),
+                                                     'consistency_amp.evaluation.evaluate._json_object': ( 'evaluate.html#_json_object',
+                                                                                                           'consistency_amp/evaluation/evaluate.py'),
                                                      'consistency_amp.evaluation.evaluate._listed': ( 'evaluate.html#_listed',
                                                                                                       'consistency_amp/evaluation/evaluate.py'),
                                                      'consistency_amp.evaluation.evaluate._optional': ( 'evaluate.html#_optional',

@@ -31,6 +31,15 @@ def _optional(value):
     "None for None or an empty string (papermill passes strings), else `value`."
     return None if value is None or (isinstance(value, str) and not value.strip()) else value
 
+def _json_object(param: str, value) -> dict | None:
+    "A JSON object given as text (the command line's and papermill's way) as a dict; a dict as it is; None for None or ''."
+    if isinstance(value, dict) or _optional(value) is None: return value or None
+    try: parsed = json.loads(value)
+    except (TypeError, ValueError): parsed = None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{param}: {value!r} is not a JSON object of keywords; give e.g. '{{\"enforce_eager\": true}}'")
+    return parsed
+
 def _listed(param: str, value):
     "A JSON list given as text (papermill's `-p tasks '[\"depth\", \"size\"]'` passes a string) as that list; else `value`."
     if not (isinstance(value, str) and value.strip().startswith("[")): return value
@@ -62,6 +71,8 @@ class EvalArguments:
     backend: str = help_field("transformers", "Who decodes: transformers (generate, any machine); vllm (GPU; pip install \"consistency_amp[vllm]\"), "
                                              "a run's adapter folded into a copy of the weights first (the model's size on disk, in TMPDIR); "
                                              "or vllm-lora, the adapter run by vLLM's LoRA kernels.")
+    vllm_engine_args: str | None = help_field(None, "More keywords of vLLM's engine (vllm.LLM) for the vllm backends, a JSON object, "
+                                                    "e.g. '{\"enforce_eager\": true, \"gpu_memory_utilization\": 0.5}'; empty: none.")
 
     def __post_init__(self): check_eval_arguments(self)
 
@@ -103,6 +114,9 @@ def check_eval_arguments(self: EvalArguments) -> None:
                                     self.consistency_samples, tokens, self.seed)
     self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
     check_choice("backend", self.backend, BACKENDS)
+    self.vllm_engine_args = _json_object("vllm_engine_args", self.vllm_engine_args)
+    if self.vllm_engine_args and self.backend not in VLLM_BACKENDS:
+        raise ValueError(f"vllm_engine_args set vLLM's engine, but backend is {self.backend!r}: give --backend vllm or vllm-lora")
     if self.backend in VLLM_BACKENDS and "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:   # now, not after loading
         from consistency_amp.evaluation.vllm_decoder import require_vllm
         try: require_vllm()
@@ -112,7 +126,7 @@ def check_eval_arguments(self: EvalArguments) -> None:
 def evaluate_from(args: EvalArguments, progress: bool = True) -> Path:
     "Evaluate what `args` names into its results file (never overwriting one unless asked); the file's path."
     common = dict(overwrite=args.overwrite, data_root=args.data_root, runs_dir=args.runs_dir, examples=bool(args.examples),
-                  progress=progress, backend=args.backend, **args.params)
+                  progress=progress, backend=args.backend, vllm_engine_args=args.vllm_engine_args, **args.params)
     if args.run is not None: return evaluate_run(args.run_folder, args.eval_name, **common)
     return evaluate_model(args.model, args.eval_name, adapter=args.adapter, run_name=args.run_name, **common)
 
@@ -121,7 +135,8 @@ def describe(args: EvalArguments) -> str:
     "What `args` will evaluate, in a few lines."
     target = f" (run {args.run})" if args.run else f" -> run {args.run_name or model_run_name(args.model, args.adapter)}"
     return (f"model: {args.evaluated_model}{target}\nruns: {resolve_runs_dir(args.runs_dir)}\nevaluation: {args.eval_name}\n"
-            + "\n".join(f"  {k}: {v}" for k, v in args.params.items()))
+            + "\n".join(f"  {k}: {v}" for k, v in args.params.items())
+            + (f"\n  vllm engine: {json.dumps(args.vllm_engine_args)}" if args.vllm_engine_args else ""))
 
 # %% ../../nbs/54_evaluate.ipynb #103a697b
 def _count_or_none(text: str) -> int | None:

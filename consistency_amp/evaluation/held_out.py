@@ -252,9 +252,11 @@ def _check_adapter(adapter, model=None) -> None:
     check_adapter(folder)
 
 # %% ../../nbs/50_held_out.ipynb #8a669a51
-def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device):
-    "What answers the prompts: a given completer, vLLM's engine for a model name, or `GreedyDecoder` on the model."
+def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device, vllm_engine_args: dict | None = None):
+    "What answers the prompts: a given completer, vLLM's engine for a model name (`vllm_engine_args`: more `vllm.LLM` keywords), or `GreedyDecoder` on the model."
     check_choice("backend", backend, BACKENDS)
+    if vllm_engine_args and backend not in VLLM_BACKENDS:
+        raise ValueError(f"vllm_engine_args={vllm_engine_args!r} set vLLM's engine, but backend={backend!r}: give a vllm backend, or leave them out")
     if callable(getattr(model_or_name, "complete", None)):
         if adapter is not None: raise ValueError("adapter= applies to a model, not to a completer")
         return model_or_name
@@ -264,7 +266,8 @@ def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: 
             raise ValueError(f"backend={backend!r} runs in one process (vLLM batches the whole evaluation on its GPU itself): "
                              "launch it with python, not torchrun or accelerate launch")
         from consistency_amp.evaluation.vllm_decoder import VLLMDecoder   # (imported late: vLLM is an optional GPU extra)
-        return VLLMDecoder(model_or_name, adapter=adapter, max_new_tokens=max_new_tokens, serve_adapter=VLLM_BACKENDS[backend])
+        return VLLMDecoder(model_or_name, adapter=adapter, max_new_tokens=max_new_tokens, serve_adapter=VLLM_BACKENDS[backend],
+                           **(vllm_engine_args or {}))
     if isinstance(model_or_name, (str, os.PathLike)):
         model, processor = _load_model(model_or_name, lora=False, adapter=adapter, device=device)
     elif processor is None: raise ValueError("a loaded model needs its processor: evaluate(model, processor, ...)")
@@ -320,14 +323,14 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
              data_root=None, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
              consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
              device=None, progress: bool = True, return_records: bool = False, backend: str = "transformers",
-             partial_dir=None):
+             partial_dir=None, vllm_engine_args: dict | None = None):
     "Greedy test-split accuracy, format and unparseable rates and self-consistency of a model on every (task, source); with `partial_dir`, each (task, source) answered is stored there (by the main process) and reused by the same evaluation started again."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     _check_adapter(adapter, model_or_name)
     start = time.perf_counter()
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
     _check_some_questions(examples, data_root)           # before the model loads, and before a results file is written
-    completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device)
+    completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device, vllm_engine_args)
     loaded = time.perf_counter()   # the test data read and the model loaded (or vLLM's engine started)
     records, results, shard, reused, replaced = [], [], process_group(), [], []
     settings = dict(model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter), backend=backend,

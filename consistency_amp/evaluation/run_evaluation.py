@@ -131,7 +131,8 @@ def evaluating(run_dir, eval_name: str):
 def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite: bool = False, data_root=None,
                  tasks=TASKS, sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                  consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-                 device=None, progress: bool = True, examples: bool = False, backend: str = "transformers") -> Path:
+                 device=None, progress: bool = True, examples: bool = False, backend: str = "transformers",
+                 vllm_engine_args: dict | None = None) -> Path:
     "Evaluate a run — a complete training run with its adapter/, or an evaluation-only run — into runs/<run>/eval/<eval_name>.json; print its results table. The groups of an interrupted evaluation of the same settings and code, kept in eval/.partial-<eval_name>/, are reused."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     path = eval_path(_run_folder(run, runs_dir), eval_name or default_eval_name(max_examples))
@@ -151,7 +152,8 @@ def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite:
     partial = path.with_name(f".partial-{path.stem}")   # each (task, source) answered, until the results file is written
     with evaluating(record.path, path.stem):             # one evaluator at a time (a second is refused, naming it)
         try: results, records = evaluate(record.params["model"], adapter=adapter, data_root=data_root, device=device,
-                                         progress=progress, return_records=True, backend=backend, partial_dir=partial, **p)
+                                         progress=progress, return_records=True, backend=backend, partial_dir=partial,
+                                         vllm_engine_args=vllm_engine_args, **p)
         except BaseException:                            # a kill, a preemption, a fault: say what is kept and how to go on
             if process_group()[0] == 0 and (kept := sorted(p.stem for p in partial.glob("*.json"))):
                 print(f"evaluation {path.stem} of {record.name} stopped; the answers of {', '.join(kept)} are kept in "
@@ -185,7 +187,8 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
                    kind: str | None = None, runs_dir=None, overwrite: bool = False, data_root=None, tasks=TASKS,
                    sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                    consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-                   device=None, progress: bool = True, examples: bool = False, backend: str = "transformers") -> Path:
+                   device=None, progress: bool = True, examples: bool = False, backend: str = "transformers",
+                   vllm_engine_args: dict | None = None) -> Path:
     "Evaluate a model without training (base or external checkpoint, optional adapter) into its evaluation-only run."
     p = check_eval_params(tasks, sources, max_examples, batch_size, consistency_samples, max_new_tokens, seed)
     if not isinstance(model, (str, os.PathLike)): raise ValueError(f"model must be a name or a folder, got {type(model).__name__}")
@@ -213,7 +216,8 @@ def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter
                              f"asked for {', '.join(f'{k}: {wanted[k]!r}' for k in diff)}); choose another run_name")
     try:
         return evaluate_run(folder, eval_name, overwrite=overwrite, data_root=data_root, device=device,
-                            progress=progress, examples=examples, backend=backend, **p)
+                            progress=progress, examples=examples, backend=backend,
+                            vllm_engine_args=vllm_engine_args, **p)
     except BaseException as e:
         if created and process_group()[0] == 0:
             if any((folder / EVAL_DIR).glob("*.json")) or any((folder / EVAL_DIR).glob(".partial-*/*.json")):   # results to keep
