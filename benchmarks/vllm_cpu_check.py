@@ -26,7 +26,10 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
 * entry, entry-evaluation: the user's commands. `python -m consistency_amp.training.train --config
   configs/train/paper_vllm.yaml`, shrunk to the CPU (2 pairs x K = 4, 16 tokens, no sleep mode), trains and saves a
   run; `python -m consistency_amp.evaluation.evaluate --run ... --backend vllm` (its adapter folded in) and `--backend
-  vllm-lora` (as a `LoRARequest`) evaluate it with the same answers as `--backend transformers`.
+  vllm-lora` (as a `LoRARequest`, also with `--vllm_engine_args '{"enforce_eager": true}'`) evaluate it with the same
+  answers as `--backend transformers`.
+* pairs-entry: pairs of your own through vLLM: `python -m consistency_amp.training.train_pairs --use_vllm true` on the
+  shipped example pairs (`examples/square_pairs/`, images flipped), shrunk to the CPU, trains and saves its adapter.
 
 Two settings exist for the CPU only, and say so where they are set: the engine runs in float32, as the trainer's
 model does on the CPU (vLLM would cast it to bfloat16: a different rounding, and greedy ties could differ), and
@@ -41,7 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # bench_step_time, save_random_model
 
 ARCH = "tiny-vllm-cpu"
-PARTS = ("training", "evaluation", "entry", "entry-evaluation")
+PARTS = ("training", "evaluation", "entry", "entry-evaluation", "pairs-entry")
 
 
 def cpu_engine_settings(vllm_module=None) -> None:
@@ -293,6 +296,22 @@ def run_entry_evaluation(folder: Path, results: list) -> None:
                f"trailing U+FFFD only, transformers' decoding of a character cut off at 16 tokens)")
 
 
+def run_pairs_entry(folder: Path, steps: int, results: list) -> None:
+    "Pairs of your own through TRL's vLLM generation: `python -m consistency_amp.training.train_pairs --use_vllm true` on the shipped example."
+    import trl.generation.vllm_generation as vllm_generation
+    from consistency_amp.training import train_pairs
+    cpu_engine_settings(vllm_generation)
+    out, start = folder.parent / "pairs-vllm", time.perf_counter()
+    train_pairs.main(["--model_name_or_path", str(folder), "--output_dir", str(out), "--use_vllm", "true",
+                      "--vllm_mode", "colocate", "--vllm_enable_sleep_mode", "false", "--vllm_max_model_length", "1024",
+                      "--max_steps", str(steps), "--num_generations", "4", "--max_completion_length", "16",
+                      "--disable_tqdm", "true"])
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()] if (out / "train_log.jsonl").is_file() else []
+    report(results, "pairs of your own through vLLM: the pairs command", (out / "adapter_model.safetensors").is_file() and
+           (out / "README.md").is_file(), f"train_pairs --use_vllm true on examples/square_pairs, K=4 x 16 tokens, {steps} "
+           f"steps: {len(log)} log records, the adapter and its card saved, {time.perf_counter() - start:.1f} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=3, help="training steps through vLLM")
@@ -308,6 +327,7 @@ def main() -> int:
         if args.part == "training": run_training(args.folder, args.steps, results)
         elif args.part == "evaluation": run_evaluation(args.folder, Path(f"{args.folder}-lora"), results)
         elif args.part == "entry": run_entry(args.folder, args.steps, results)
+        elif args.part == "pairs-entry": run_pairs_entry(args.folder, args.steps, results)
         else: run_entry_evaluation(args.folder, results)
         print("RESULTS " + json.dumps(results))
         return 0
