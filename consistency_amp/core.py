@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import difflib
 import logging
 from collections.abc import Hashable, Sequence
@@ -18,7 +19,7 @@ from numbers import Integral
 __all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'SIDES', 'NOISE_LEVELS', 'SCALES', 'PAPER', 'PAPER_MODELS',
            'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL',
            'SPATIAL_BASE_PREFIX', 'DEFAULT_MODEL', 'check_choice', 'check_choices', 'check_int', 'read_bool',
-           'check_notebook_parameters', 'accept_both_spellings', 'help_field', 'console_logging',
+           'read_json_object', 'check_notebook_parameters', 'accept_both_spellings', 'help_field', 'console_logging',
            'notebook_progress_class', 'mend_notebook_progress', 'check_trainable']
 
 # %% ../nbs/02_core.ipynb #550df3f9
@@ -54,6 +55,16 @@ def read_bool(param: str, value) -> bool:
     text = value.strip().lower() if isinstance(value, str) else None
     if text in TRUE_WORDS or text in FALSE_WORDS: return text in TRUE_WORDS
     raise ValueError(f"{param} must be true or false; got {value!r}")
+
+# %% ../nbs/02_core.ipynb #5feb7d31
+def read_json_object(param: str, value) -> dict | None:
+    "`value` as a dict: a dict, or a JSON object as text (`'{\"enforce_eager\": true}'`); None for None or empty text; otherwise a ValueError naming `param`."
+    if value is None or isinstance(value, dict): return value
+    if isinstance(value, str) and not value.strip(): return None
+    try: parsed = json.loads(value) if isinstance(value, str) else None
+    except ValueError: parsed = None
+    if not isinstance(parsed, dict): raise ValueError(f"{param} must be a JSON object; got {value!r}")
+    return parsed
 
 # %% ../nbs/02_core.ipynb #d76b099c
 def check_notebook_parameters(notebook: str, given, known: Sequence[str]) -> None:

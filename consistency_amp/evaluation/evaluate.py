@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice, help_field, read_bool
+from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice, help_field, read_bool, read_json_object
 from .held_out import BACKENDS, VLLM_BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
 from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model, evaluate_run,
                                                         model_run_name, not_a_run)
@@ -30,15 +30,6 @@ __all__ = ['EvalArguments', 'check_eval_arguments', 'evaluate_from', 'describe',
 def _optional(value):
     "None for None or an empty string (papermill passes strings), else `value`."
     return None if value is None or (isinstance(value, str) and not value.strip()) else value
-
-def _json_object(param: str, value) -> dict | None:
-    "A JSON object given as text (the command line's and papermill's way) as a dict; a dict as it is; None for None or ''."
-    if isinstance(value, dict) or _optional(value) is None: return value or None
-    try: parsed = json.loads(value)
-    except (TypeError, ValueError): parsed = None
-    if not isinstance(parsed, dict):
-        raise ValueError(f"{param}: {value!r} is not a JSON object of keywords; give e.g. '{{\"enforce_eager\": true}}'")
-    return parsed
 
 def _listed(param: str, value):
     "A JSON list given as text (papermill's `-p tasks '[\"depth\", \"size\"]'` passes a string) as that list; else `value`."
@@ -114,7 +105,7 @@ def check_eval_arguments(self: EvalArguments) -> None:
                                     self.consistency_samples, tokens, self.seed)
     self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
     check_choice("backend", self.backend, BACKENDS)
-    self.vllm_engine_args = _json_object("vllm_engine_args", self.vllm_engine_args)
+    self.vllm_engine_args = read_json_object("vllm_engine_args", self.vllm_engine_args) or None
     if self.vllm_engine_args and self.backend not in VLLM_BACKENDS:
         raise ValueError(f"vllm_engine_args set vLLM's engine, but backend is {self.backend!r}: give --backend vllm or vllm-lora")
     if self.backend in VLLM_BACKENDS and "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:   # now, not after loading

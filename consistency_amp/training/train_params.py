@@ -6,13 +6,12 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, REWARDS, SCALES,
-                                  TINY_MODEL, TRUE_WORDS, FALSE_WORDS, check_choice, check_int,
+                                  TINY_MODEL, TRUE_WORDS, FALSE_WORDS, check_choice, check_int, read_json_object,
                                   help_field)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path, root_sources
 from .runs import check_run_name, PARAM_KEYS, resolve_path
@@ -67,9 +66,7 @@ def _coerce(value, kind: str, name: str = "trainer_args"):
     text = value.strip().lower()
     if kind.startswith("optional") and text in _NONE: return None
     if kind.endswith("bool"): return True if text in TRUE_WORDS else False if text in FALSE_WORDS else value
-    if kind == "json": 
-        try: return json.loads(value)
-        except json.JSONDecodeError: raise ValueError(f"{name} must be a JSON object; got {value!r}") from None
+    if kind == "json": return read_json_object(name, value)
     if kind.endswith("int") and re.fullmatch(r"[+-]?\d+", text): return int(text)
     if kind.endswith("float"):
         try: return float(text)
