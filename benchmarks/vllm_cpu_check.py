@@ -29,7 +29,9 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
   vllm-lora` (as a `LoRARequest`, also with `--vllm_engine_args '{"enforce_eager": true}'`) evaluate it with the same
   answers as `--backend transformers`.
 * pairs-entry: pairs of your own through vLLM: `python -m consistency_amp.training.train_pairs --use_vllm true` on the
-  shipped example pairs (`examples/square_pairs/`, images flipped), shrunk to the CPU, trains and saves its adapter.
+  shipped example pairs (`examples/square_pairs/`, images flipped), shrunk to the CPU, trains and saves its adapter;
+  pairs-evaluation: `python -m consistency_amp.evaluation.pair_evaluation --backend vllm` and `vllm-lora` answer the
+  example's test split with that adapter as `--backend transformers` does.
 
 Two settings exist for the CPU only, and say so where they are set: the engine runs in float32, as the trainer's
 model does on the CPU (vLLM would cast it to bfloat16: a different rounding, and greedy ties could differ), and
@@ -44,7 +46,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # bench_step_time, save_random_model
 
 ARCH = "tiny-vllm-cpu"
-PARTS = ("training", "evaluation", "entry", "entry-evaluation", "pairs-entry")
+PARTS = ("training", "evaluation", "entry", "entry-evaluation", "pairs-entry", "pairs-evaluation")
 
 
 def cpu_engine_settings(vllm_module=None) -> None:
@@ -312,6 +314,24 @@ def run_pairs_entry(folder: Path, steps: int, results: list) -> None:
            f"steps: {len(log)} log records, the adapter and its card saved, {time.perf_counter() - start:.1f} s")
 
 
+def run_pairs_evaluation(folder: Path, results: list) -> None:
+    "The pairs' evaluation command on the pairs-entry's adapter: `--backend vllm` and `vllm-lora` against `transformers`."
+    from consistency_amp.evaluation import pair_evaluation
+    cpu_engine_settings()
+    adapter, got = folder.parent / "pairs-vllm", {}
+    for backend in ("vllm", "vllm-lora", "transformers"):
+        out = folder.parent / f"pairs-{backend}.json"
+        pair_evaluation.main(["--model_name_or_path", str(folder), "--adapter", str(adapter), "--backend", backend,
+                              "--max_new_tokens", "16", "--output_file", str(out)])
+        got[backend] = [c for r in json.loads(out.read_text())["records"] for c in r["completions"]]
+    for backend, how in (("vllm", "folded into a copy of the weights"), ("vllm-lora", "served as a LoRARequest")):
+        same = [a.rstrip("\ufffd") == b.rstrip("\ufffd") for a, b in zip(got[backend], got["transformers"])]
+        report(results, f"pairs of your own evaluated with {backend} = with transformers",
+               bool(same) and all(same) and len(set(got[backend])) > 1,
+               f"{sum(same)}/{len(same)} completions the same, {len(set(got[backend]))} distinct (both prompts of the "
+               f"example's 4 test pairs; the adapter {how})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=3, help="training steps through vLLM")
@@ -328,6 +348,7 @@ def main() -> int:
         elif args.part == "evaluation": run_evaluation(args.folder, Path(f"{args.folder}-lora"), results)
         elif args.part == "entry": run_entry(args.folder, args.steps, results)
         elif args.part == "pairs-entry": run_pairs_entry(args.folder, args.steps, results)
+        elif args.part == "pairs-evaluation": run_pairs_evaluation(args.folder, results)
         else: run_entry_evaluation(args.folder, results)
         print("RESULTS " + json.dumps(results))
         return 0

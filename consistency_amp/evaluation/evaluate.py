@@ -14,8 +14,8 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import DEFAULT_MODEL, TINY_MODEL, check_choice, help_field, read_bool, read_json_object
-from .held_out import BACKENDS, VLLM_BACKENDS, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
+from ..core import DEFAULT_MODEL, TINY_MODEL, help_field, read_bool, read_json_object
+from .held_out import VLLM_BACKENDS, check_backend, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
 from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model, evaluate_run,
                                                         model_run_name, not_a_run)
 from .decoders import DEFAULT_MAX_NEW_TOKENS
@@ -104,10 +104,8 @@ def check_eval_arguments(self: EvalArguments) -> None:
     self.params = check_eval_params(tasks, [s.strip() for s in sources], self.max_examples, self.batch_size,
                                     self.consistency_samples, tokens, self.seed)
     self.eval_name = check_eval_name(self.eval_name or default_eval_name(self.params["max_examples"]))
-    check_choice("backend", self.backend, BACKENDS)
     self.vllm_engine_args = read_json_object("vllm_engine_args", self.vllm_engine_args) or None
-    if self.vllm_engine_args and self.backend not in VLLM_BACKENDS:
-        raise ValueError(f"vllm_engine_args set vLLM's engine, but backend is {self.backend!r}: give --backend vllm or vllm-lora")
+    check_backend(self.backend, self.vllm_engine_args)
     if self.backend in VLLM_BACKENDS and "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:   # now, not after loading
         from consistency_amp.evaluation.vllm_decoder import require_vllm
         try: require_vllm()

@@ -31,8 +31,8 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'VLLM_BACKENDS', 'BACKENDS', 'TASK_GROUPS', 'ANSWER_SETTINGS', 'resolve_tasks',
            'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng',
            'answer_type_of', 'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table',
-           'check_eval_params', 'code_digest', 'answers_key', 'stored_answers', 'weights_digest', 'evaluate',
-           'answering_time']
+           'check_eval_params', 'check_backend', 'code_digest', 'answers_key', 'stored_answers', 'weights_digest',
+           'evaluate', 'answering_time']
 
 # %% ../../nbs/50_held_out.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
@@ -252,11 +252,16 @@ def _check_adapter(adapter, model=None) -> None:
     check_adapter(folder)
 
 # %% ../../nbs/50_held_out.ipynb #8a669a51
-def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device, vllm_engine_args: dict | None = None):
-    "What answers the prompts: a given completer, vLLM's engine for a model name (`vllm_engine_args`: more `vllm.LLM` keywords), or `GreedyDecoder` on the model."
+def check_backend(backend: str, vllm_engine_args: dict | None = None) -> None:
+    "ValueError unless `backend` is one of `BACKENDS` and any `vllm_engine_args` (vllm.LLM keywords) come with a vllm backend."
     check_choice("backend", backend, BACKENDS)
     if vllm_engine_args and backend not in VLLM_BACKENDS:
-        raise ValueError(f"vllm_engine_args={vllm_engine_args!r} set vLLM's engine, but backend={backend!r}: give a vllm backend, or leave them out")
+        raise ValueError(f"vllm_engine_args={vllm_engine_args!r} set vLLM's engine, but backend={backend!r}: give a vllm "
+                         "backend, or leave them out")
+
+def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device, vllm_engine_args: dict | None = None):
+    "What answers the prompts: a given completer, vLLM's engine for a model name (`vllm_engine_args`: more `vllm.LLM` keywords), or `GreedyDecoder` on the model."
+    check_backend(backend, vllm_engine_args)
     if callable(getattr(model_or_name, "complete", None)):
         if adapter is not None: raise ValueError("adapter= applies to a model, not to a completer")
         return model_or_name

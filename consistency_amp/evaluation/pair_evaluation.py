@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..core import DEFAULT_MODEL, check_int, help_field
+from ..core import DEFAULT_MODEL, check_int, help_field, read_json_object
 from ..files import write_atomically
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
-from .held_out import results_table
+from .held_out import VLLM_BACKENDS, check_backend, results_table
 from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.paired_sampler import pair_key
-from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
+from ..training.train_pairs import EXAMPLE_PAIRS, is_vision_language, load_pair_model, load_pairs
 from ..training.trainer import PairedPromptDataset
 
 # %% auto #0
-__all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'main', 'cli']
+__all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'pair_answerer', 'main', 'cli']
 
 # %% ../../nbs/52_pair_evaluation.ipynb #e0455ded
 def _prompt_row(row: dict) -> dict:
@@ -72,12 +72,13 @@ def summarize_pairs(records: list[dict]) -> list[dict]:
 # %% ../../nbs/52_pair_evaluation.ipynb #026ba22b
 def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 8,
                    verbose: bool = True) -> tuple[list[dict], list[dict]]:
-    "Greedy answers of `model` to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed, with a progress bar while it answers."
+    "Greedy answers of `model` (or of a completer with a `complete(rows)`, such as `VLLMDecoder`) to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed, with a progress bar while it answers."
     check_paired_dataset(pairs)                          # a list, a DataFrame or a bad row: named before any answer
     check_reads_images(processing_class, pairs)         # else the images would be left out of the prompts unsaid
     if not set(TRUTH_COLUMNS) & set(pairs.column_names) and (hint := unread_labels_hint(pairs.column_names)):
         warnings.warn(f"the pairs have no labels, so accuracy is not measured{hint}", stacklevel=2)
-    records = answer_pairs(GreedyDecoder(model, processing_class, max_new_tokens), pairs, batch_size, progress=verbose)
+    completer = model if callable(getattr(model, "complete", None)) else GreedyDecoder(model, processing_class, max_new_tokens)
+    records = answer_pairs(completer, pairs, batch_size, progress=verbose)
     summary = summarize_pairs(records)
     if verbose: print(results_table(summary))
     return summary, records
@@ -93,7 +94,27 @@ class PairEvalArguments:
     max_new_tokens: int = help_field(DEFAULT_MAX_NEW_TOKENS, "New tokens per answer.")
     batch_size: int = help_field(8, "Prompts answered together.")
     output_file: str | None = help_field(None, "Write the summary and the per-pair records here as JSON (an existing file is refused); None: print only.")
+    backend: str = help_field("transformers", "Who answers: transformers (generate, any machine); on GPUs, for a vision-language model, vllm "
+                                             "(the adapter folded into a copy of the weights) or vllm-lora (vLLM's LoRA kernels): pip install \"consistency_amp[vllm]\".")
+    vllm_engine_args: str | None = help_field(None, "With a vllm backend: more vllm.LLM keywords, a JSON object, e.g. '{\"enforce_eager\": true}'.")
 
+
+# %% ../../nbs/52_pair_evaluation.ipynb #cd80d26c
+def pair_answerer(model_args, adapter: str | None = None, backend: str = "transformers",
+                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, vllm_engine_args: dict | None = None) -> tuple:
+    "(what answers, its processing class): the model with its frozen adapter (`load_pair_model`) for `generate`, or for a vllm backend vLLM's engine (`VLLMDecoder`: the adapter folded into a copy of the weights, or as LoRA), a vision-language model's only."
+    check_backend(backend, vllm_engine_args)
+    if backend not in VLLM_BACKENDS: return load_pair_model(model_args, adapter, train=False)
+    name = model_args.model_name_or_path
+    if not is_vision_language(name):   # the decoder renders images and starts the engine with an image per prompt
+        raise ValueError(f"backend={backend!r}: {name} is a text model, and the vLLM decoder serves vision-language models: "
+                         "answer with backend 'transformers'")
+    from consistency_amp.evaluation.vllm_decoder import VLLMDecoder, require_vllm   # (imported late: vLLM is an optional GPU extra)
+    try: require_vllm()
+    except ImportError as e: raise ValueError(str(e)) from None
+    decoder = VLLMDecoder(name, adapter=adapter, max_new_tokens=max_new_tokens, serve_adapter=VLLM_BACKENDS[backend],
+                          **(vllm_engine_args or {}))
+    return decoder, decoder.processor
 
 # %% ../../nbs/52_pair_evaluation.ipynb #ee06050d
 PROG = "python -m consistency_amp.evaluation.pair_evaluation"
@@ -107,14 +128,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         args, model_args = parser.parse_args_and_config(argv)
         if args.output_file and Path(args.output_file).exists():
             raise FileExistsError(f"--output_file {args.output_file} exists: give another path, or delete it")
+        engine_args = read_json_object("vllm_engine_args", args.vllm_engine_args)
+        check_backend(args.backend, engine_args)   # before the pairs load
         data = load_pairs(args.dataset_name, args.dataset_config)
         if args.split not in data: raise ValueError(f"--split {args.split!r}: the dataset has no such split; it has {', '.join(sorted(data))}")
-        model, processing_class = load_pair_model(model_args, args.adapter, train=False)
+        model, processing_class = pair_answerer(model_args, args.adapter, args.backend, args.max_new_tokens, engine_args)
         summary, records = evaluate_pairs(model, processing_class, data[args.split], args.max_new_tokens, args.batch_size)
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")
     if args.output_file:
         result = dict(dataset=args.dataset_name, split=args.split, model=model_args.model_name_or_path, adapter=args.adapter,
-                      max_new_tokens=args.max_new_tokens, summary=summary, records=records)
+                      max_new_tokens=args.max_new_tokens, backend=args.backend, summary=summary, records=records)
         Path(args.output_file).parent.mkdir(parents=True, exist_ok=True)
         write_atomically(Path(args.output_file), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=1) + "\n"), overwrite=False)
         print(f"results: {args.output_file}")
