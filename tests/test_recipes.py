@@ -76,3 +76,13 @@ def test_the_pairs_paper_recipe_holds_the_papers_settings():
     assert {k: v for k, v in recipe.items() if k not in SET_BY_PARAMS} == {"merge_lora_for_generation": True}
     _, config, model_args = pairs_parser().parse_args_and_config(["--config", str(REPO / "configs/pairs/paper.yaml"), "--output_dir", "x"])
     assert (config.max_steps, config.num_generations, config.pairs_per_device, model_args.model_name_or_path) == (500, 8, 4, PAPER_MODELS["7B"])
+
+
+def test_the_pairs_vllm_recipe_is_the_pairs_paper_recipe_with_the_spatial_vllm_engine():
+    "configs/pairs/paper_vllm.yaml: configs/pairs/paper.yaml (less the merged sampling, which vLLM does itself) plus configs/train/paper_vllm.yaml's vLLM settings, and the pairs command reads it."
+    from consistency_amp.training.train_pairs import pairs_parser
+    pairs = lambda name: yaml.safe_load((REPO / "configs" / "pairs" / f"{name}.yaml").read_text())
+    recipe, engine = pairs("paper_vllm"), {k: v for k, v in load("paper_vllm").items() if k.startswith(("use_vllm", "vllm_"))}
+    assert recipe == {k: v for k, v in pairs("paper").items() if k != "merge_lora_for_generation"} | engine
+    _, config, _ = pairs_parser().parse_args_and_config(["--config", str(REPO / "configs/pairs/paper_vllm.yaml"), "--output_dir", "x"])
+    assert (config.use_vllm, config.vllm_mode, config.vllm_enable_sleep_mode, config.merge_lora_for_generation) == (True, "colocate", True, False)
