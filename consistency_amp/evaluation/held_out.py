@@ -24,6 +24,7 @@ from ..world.synthetic import default_world
 from ..world.task_splits import TaskSplit, build_task_splits, split_of
 from ..core import DEFAULT_MODEL, PAPER_MODELS, TINY_MODEL, check_choice, check_choices, check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
+from .vllm_decoder import SET_BY_DECODER   # (vLLM itself is imported only when an engine starts)
 from ..world.tasks import BOOLEAN_TASKS, NUMERIC_TASKS, TASKS, Example
 from ..reward.verifiers import accuracy, consistency, format_reward, parse_answer
 
@@ -258,6 +259,9 @@ def check_backend(backend: str, vllm_engine_args: dict | None = None) -> None:
     if vllm_engine_args and backend not in VLLM_BACKENDS:
         raise ValueError(f"vllm_engine_args={vllm_engine_args!r} set vLLM's engine, but backend={backend!r}: give a vllm "
                          "backend, or leave them out")
+    if taken := [k for k in SET_BY_DECODER if k in (vllm_engine_args or {})]:   # else vllm.LLM's TypeError, late
+        raise ValueError(f"vllm_engine_args {taken}: the decoder sets {', '.join(SET_BY_DECODER)} itself (the model is "
+                         "the model evaluated); leave them out")
 
 def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device, vllm_engine_args: dict | None = None):
     "What answers the prompts: a given completer, vLLM's engine for a model name (`vllm_engine_args`: more `vllm.LLM` keywords), or `GreedyDecoder` on the model."

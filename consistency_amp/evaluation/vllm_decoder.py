@@ -17,8 +17,8 @@ from ..core import check_choice, check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS
 
 # %% auto #0
-__all__ = ['VLLM_EXTRA', 'ADAPTER_SERVING', 'ENGINE_MEDIA', 'require_vllm', 'vllm_lora_ranks', 'engine_lora_rank',
-           'merged_checkpoint', 'VLLMDecoder']
+__all__ = ['VLLM_EXTRA', 'ADAPTER_SERVING', 'ENGINE_MEDIA', 'SET_BY_DECODER', 'require_vllm', 'vllm_lora_ranks',
+           'engine_lora_rank', 'merged_checkpoint', 'VLLMDecoder']
 
 # %% ../../nbs/49_vllm_decoder.ipynb #6380ab2b
 VLLM_EXTRA = 'pip install "consistency_amp[vllm]"'   # pyproject.toml's optional dependency for GPU machines
@@ -75,6 +75,7 @@ def merged_checkpoint(model, adapter, out_dir) -> Path:
 # what one request may carry: its one image and no video. vLLM sizes its encoder cache by profiling each allowed
 # modality at its largest; without the video limit it profiled 36 videos that no question ever sends
 ENGINE_MEDIA = {"image": 1, "video": 0}
+SET_BY_DECODER = ("model", "limit_mm_per_prompt")   # engine keywords the decoder gives itself: not a caller's to set
 
 class VLLMDecoder:
     "Greedy completions of prompt rows through a vLLM engine: the model's chat template and images, temperature 0, a LoRA adapter folded into a copy of the weights (`serve_adapter='merged'`) or sent as a `LoRARequest` (`'lora'`)."
