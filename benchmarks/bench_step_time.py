@@ -538,6 +538,21 @@ def breakdown(record: dict) -> dict:
                 other=record["seconds"] - t["training_step"])
 
 
+class TimeLimit(Exception):
+    "A SIGTERM (a time limit's, as `timeout` sends) that ends training early: the steps that ended are still reported."
+
+
+@contextmanager
+def stop_on_sigterm():
+    """Turn SIGTERM into `TimeLimit` while training runs, so that a GPU call cut off by its limit still writes the JSON of
+    the steps it measured (each 7B step costs device time that a lent machine cannot give twice)."""
+    import signal
+    def stop(signum, frame): raise TimeLimit(signal.Signals(signum).name)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try: yield
+    finally: signal.signal(signal.SIGTERM, previous)
+
+
 def summarise(records, warmup: int) -> dict:
     "Per arm: steps, mean / median / stdev seconds per step and the mean of each breakdown part (warm-up excluded)."
     out = {}
@@ -776,11 +791,16 @@ def run(args) -> dict:
 
         stock_records = run_stock() if args.stock_trl == "before" else None
         if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
-        with timed_pairing(sections):
-            trainer.train()
+        stopped = None
+        try:
+            with timed_pairing(sections), stop_on_sigterm():
+                trainer.train()
+        except TimeLimit as signal_name:   # the figures so far; a stock-TRL arm after is not started
+            stopped = f"{signal_name} after {len(clock.records)} of {len(schedule)} steps"
+            say(f"stopped by {stopped}: what follows is the steps that ended", flush=True)
         lengths = [(int(h["completions/min_length"]), int(h["completions/max_length"])) for h in trainer.state.log_history
                    if "completions/min_length" in h]
-        if args.stock_trl == "after": stock_records = run_stock()
+        if args.stock_trl == "after" and stopped is None: stock_records = run_stock()
         stock = None if stock_records is None else summarise(stock_records, args.warmup)["stock_trl"]
 
     summary = summarise(clock.records, skipped)
@@ -799,7 +819,7 @@ def run(args) -> dict:
                   parameters=counts, peak_memory_gib=max((r["peak_memory_gib"] for r in clock.records if "peak_memory_gib" in r),
                                                          default=torch.cuda.max_memory_allocated(device) / 2**30   # over the steps
                                                          if device.type == "cuda" else None),
-                  steps_record=clock.records, pairings=summary,
+                  steps_record=clock.records, pairings=summary, stopped=stopped,
                   profile=None if profiler is None else profiler.tables)
     if "minimal" in summary and "random" in summary:
         result["ratio_minimal_over_random"] = summary["minimal"]["mean_s"] / summary["random"]["mean_s"]
@@ -812,7 +832,7 @@ def run(args) -> dict:
 def report(result: dict) -> str:
     s = result["pairings"]
     rows = dict(s) | ({"stock_trl": result["stock_trl"]} if "stock_trl" in result else {})
-    w = max(11, *(len(name) + 1 for name in rows))
+    w = max([11, *(len(name) + 1 for name in rows)])   # no rows where a time limit ended the warm-up
     lines = [f"{'arm':<{w}}{'steps':>6}{'s/step':>10}{'median':>9}{'stdev':>8}{'generate':>10}{'rewards':>9}"
              f"{'other prep':>11}{'loss+bwd':>10}{'rest':>8}{'consist.':>10}{'pairing':>11}"]
     for name, r in rows.items():
@@ -852,6 +872,7 @@ def report(result: dict) -> str:
     if "ratio_over_stock_trl" in result:
         lines.append("over stock TRL (GRPOTrainer on the same prompts and completions per step): " + ", ".join(
             f"{p} {r:.3f} ({(r - 1) * 100:+.1f}%)" for p, r in result["ratio_over_stock_trl"].items()))
+    if result.get("stopped"): lines.append(f"stopped early by {result['stopped']}")
     seen = result["completion_lengths_seen"]
     prompts = [r["prompt_lengths"] for r in result["steps_record"] if r.get("prompt_lengths")]
     if prompts: lines.append(f"prompt lengths seen: [{min(a for a, _ in prompts)}, {max(b for _, b in prompts)}] tokens")

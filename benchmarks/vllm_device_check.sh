@@ -28,6 +28,11 @@ ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; PAIRINGS=${PAIRINGS:
 # on one warm machine, STAGES=step then STAGES=eval: the second finds vLLM unpacked and the random model saved
 STAGES=${STAGES:-step eval}
 for stage in $STAGES; do case $stage in step|eval) ;; *) echo "vllm_device_check: STAGES holds '$stage'; the choices are step and eval"; exit 2;; esac; done
+# the evaluations the eval stage runs, in this order: 'merged' (the adapter folded into the weights, --backend vllm),
+# 'lora' (the LoRA engine, with its two retries should it stall), 'lora_eager' (the LoRA engine without CUDA graphs,
+# the first retry's lead tried directly: for a call with little time left)
+EVALS=${EVALS:-merged lora}
+for e in $EVALS; do case $e in merged|lora|lora_eager) ;; *) echo "vllm_device_check: EVALS holds '$e'; the choices are merged, lora and lora_eager"; exit 2;; esac; done
 BUDGET=${BUDGET:-570}   # seconds for the whole script: each evaluation is cut to what is left of it (the call allows 600)
 within() { local left=$((BUDGET - SECONDS)); echo $(( left < $1 ? (left > 0 ? left : 1) : $1 )); }
 if [ -d /tmp/vsite/vllm ]; then echo "vLLM already unpacked in /tmp/vsite (an earlier call on this machine)"; else
@@ -49,7 +54,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>
 { echo "the machine's VLLM_* environment:"; env | grep '^VLLM_' | grep -v '^VLLM_USE_FLASHINFER_SAMPLER='; } >> "$OUT/vllm_import.txt"
 log=$OUT/step_time_${ARCH}_${LENGTH}_vllm.log
 if [[ " $STAGES " == *" step "* ]]; then
-timeout -k 15 "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings "$PAIRINGS" \
+# SIGTERM at the limit: bench_step_time.py stops training and writes the JSON of the steps that ended (a 7B run of 13
+# steps may not fit), within the 30 s before SIGKILL
+timeout -k 30 "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings "$PAIRINGS" \
   --use-vllm colocate --steps "$STEPS" --warmup 1 --trainer-args "${TRAINER_ARGS:-{\}}" \
   --json "$OUT/step_time_${ARCH}_${LENGTH}_vllm.json" > "$log" 2>&1
 echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|^GPU|Error|error" "$log" | tail -13
@@ -86,7 +93,12 @@ evaluate() {   # evaluate LABEL LIMIT ARGS...: one evaluation through vLLM, its 
 # a run's evaluation as users run it: the adapter folded into a copy of the 7B's weights, then a plain engine; 161
 # questions of the six tasks for item 5's time per 1,000 questions (random weights never end an answer, so each runs
 # to the 512 new tokens: an upper bound of a trained model's time); the folding's own time is in the log's load_s
-evaluate _merged "$EVAL_TIMEOUT" --backend vllm --max_examples 30
+[[ " $EVALS " == *" merged "* ]] && evaluate _merged "$EVAL_TIMEOUT" --backend vllm --max_examples 30
+if [[ " $EVALS " == *" lora_eager "* ]]; then
+  evaluate _lora_eager "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50 \
+    --vllm_engine_args '{"enforce_eager": true}' --run_name "random-$ARCH-lora-eager"
+fi
+[[ " $EVALS " == *" lora "* ]] || exit 0
 # the adapter as LoRA (vLLM's kernels), the engine that stalled in session 38
 evaluate _lora "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50
 # two leads, should it stall again, tried in this order, each in its own run folder (the stalled one may hold the
