@@ -29,8 +29,8 @@ ARCH=${ARCH:-3B}; LENGTH=${LENGTH:-256}; STEPS=${STEPS:-2}; PAIRINGS=${PAIRINGS:
 STAGES=${STAGES:-step eval}
 for stage in $STAGES; do case $stage in step|eval) ;; *) echo "vllm_device_check: STAGES holds '$stage'; the choices are step and eval"; exit 2;; esac; done
 # the evaluations the eval stage runs, in this order: 'merged' (the adapter folded into the weights, --backend vllm),
-# 'lora' (the LoRA engine, with its two retries should it stall), 'lora_eager' (the LoRA engine without CUDA graphs,
-# the first retry's lead tried directly: for a call with little time left)
+# 'lora' (the LoRA engine, with its two retries should it stall), 'lora_eager' (the LoRA engine without CUDA graphs:
+# session 44's call with little time left; it stopped as the others had, before any graph)
 EVALS=${EVALS:-merged lora}
 for e in $EVALS; do case $e in merged|lora|lora_eager) ;; *) echo "vllm_device_check: EVALS holds '$e'; the choices are merged, lora and lora_eager"; exit 2;; esac; done
 BUDGET=${BUDGET:-570}   # seconds for the whole script: each evaluation is cut to what is left of it (the call allows 600)
@@ -101,19 +101,20 @@ fi
 [[ " $EVALS " == *" lora "* ]] || exit 0
 # the adapter as LoRA (vLLM's kernels), the engine that stalled in session 38
 evaluate _lora "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50
-# two leads, should it stall again, tried in this order, each in its own run folder (the stalled one may hold the
-# first's lock):
-# 1. CUDA-graph capture with LoRA. vLLM captures a graph for every batch size it may decode, and with LoRA enabled for
-#    each LoRA layout too: startups of minutes to hours, the CPU busy and the GPU idle, with little in the log, are
-#    reported in vLLM's issues #16961 (0.8.4, "Graph capturing finished in 11412 secs"), #16716 and #20354 (0.9.1,
-#    "takes a long time to start up when using --enable-lora and CUDA Graph"); the plain engine of session 38 spent 91 s
-#    of its start compiling and capturing. `enforce_eager` captures none (`--vllm_engine_args`, vllm.LLM's keywords).
+# Session 44 (H200, 7B) found where the LoRA engine stops: the engine process, forked (vLLM forks unless torch has
+# initialised CUDA in the caller; the folded evaluation's engine was spawned, and ran), was inside its first pinned-memory
+# allocation (vllm/v1/worker/gpu/buffer_utils.py, UvaBuffer: the V2 model runner's request state, max_num_seqs 1024 x
+# max_model_len 128000 int32s) 110 s after it started, before any weight loaded, with enforce_eager (no graphs to
+# capture: the first lead of session 43 is ruled out). Since then VLLMDecoder has vLLM spawn its engine
+# (spawn_engine_process, nb 49), so the evaluation above starts spawned. Should it still stop, two retries, each in
+# its own run folder (the stopped one may hold the first's lock):
+# 1. a short max_model_len: the pinned buffer 31 times smaller (4,096 tokens hold a prompt of at most 544 and 512 new);
 # 2. the V1 runner: on a GPU vLLM 0.26 runs Qwen2.5-VL on its "Model Runner V2" (vllm/config/vllm.py,
-#    use_v2_model_runner), which has its own LoRA code (vllm/v1/worker/gpu/lora_utils.py); the CPU build, where the
-#    adapter's evaluation always ran, has no Triton and falls back to the V1 runner.
+#    use_v2_model_runner), whose request state is that buffer; the CPU build, where the adapter's evaluation always
+#    ran, has no Triton and falls back to the V1 runner.
 lora_rc=$?
-case $lora_rc in 124|137) evaluate _lora_eager "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50 \
-  --vllm_engine_args '{"enforce_eager": true}' --run_name "random-$ARCH-lora-eager"; lora_rc=$? ;; esac
+case $lora_rc in 124|137) evaluate _lora_short "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50 \
+  --vllm_engine_args '{"max_model_len": 4096}' --run_name "random-$ARCH-lora-short"; lora_rc=$? ;; esac
 case $lora_rc in 124|137) VLLM_USE_V2_MODEL_RUNNER=0 evaluate _lora_v1_runner "$LORA_EVAL_TIMEOUT" --backend vllm-lora \
   --tasks depth --max_examples 50 --run_name "random-$ARCH-lora-v1-runner" ;; esac
 exit 0

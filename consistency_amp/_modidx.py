@@ -199,6 +199,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                         'consistency_amp/evaluation/vllm_decoder.py'),
                                                          'consistency_amp.evaluation.vllm_decoder.require_vllm': ( 'vllm_decoder.html#require_vllm',
                                                                                                                    'consistency_amp/evaluation/vllm_decoder.py'),
+                                                         'consistency_amp.evaluation.vllm_decoder.spawn_engine_process': ( 'vllm_decoder.html#spawn_engine_process',
+                                                                                                                           'consistency_amp/evaluation/vllm_decoder.py'),
                                                          'consistency_amp.evaluation.vllm_decoder.vllm_lora_ranks': ( 'vllm_decoder.html#vllm_lora_ranks',
                                                                                                                       'consistency_amp/evaluation/vllm_decoder.py')},
             'consistency_amp.experiments.evaluate': {},

@@ -17,8 +17,8 @@ from ..core import check_choice, check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS
 
 # %% auto #0
-__all__ = ['VLLM_EXTRA', 'ADAPTER_SERVING', 'ENGINE_MEDIA', 'SET_BY_DECODER', 'require_vllm', 'vllm_lora_ranks',
-           'engine_lora_rank', 'merged_checkpoint', 'VLLMDecoder']
+__all__ = ['VLLM_EXTRA', 'ADAPTER_SERVING', 'ENGINE_START', 'ENGINE_MEDIA', 'SET_BY_DECODER', 'require_vllm', 'vllm_lora_ranks',
+           'engine_lora_rank', 'merged_checkpoint', 'spawn_engine_process', 'VLLMDecoder']
 
 # %% ../../nbs/49_vllm_decoder.ipynb #6380ab2b
 VLLM_EXTRA = 'pip install "consistency_amp[vllm]"'   # pyproject.toml's optional dependency for GPU machines
@@ -71,6 +71,14 @@ def merged_checkpoint(model, adapter, out_dir) -> Path:
     processor.save_pretrained(out_dir)
     return Path(out_dir)
 
+# %% ../../nbs/49_vllm_decoder.ipynb #8a72eda9
+ENGINE_START = ("VLLM_WORKER_MULTIPROC_METHOD", "spawn")   # vLLM's variable for how its engine process starts, and our choice
+
+def spawn_engine_process() -> str:
+    "Have vLLM spawn its engine process rather than fork this one, unless the caller chose (`VLLM_WORKER_MULTIPROC_METHOD`); the method in force."
+    variable, method = ENGINE_START
+    return os.environ.setdefault(variable, method)
+
 # %% ../../nbs/49_vllm_decoder.ipynb #02ca027f
 # what one request may carry: its one image and no video. vLLM sizes its encoder cache by profiling each allowed
 # modality at its largest; without the video limit it profiled 36 videos that no question ever sends
@@ -84,6 +92,7 @@ class VLLMDecoder:
         check_int("max_new_tokens", max_new_tokens, 1)
         check_choice("serve_adapter", serve_adapter, ADAPTER_SERVING)
         vllm = require_vllm()
+        spawn_engine_process()   # a forked LoRA engine stopped at its start on the GPU (above)
         from consistency_amp.training.models import load_processor, resolve_model_path
         path = resolve_model_path(model)
         self.processor = processor if processor is not None else load_processor(path)
