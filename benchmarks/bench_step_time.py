@@ -309,10 +309,24 @@ def timed(base):
     return Timed
 
 
-def stock_trl_trainer(model, config, examples, processor, callbacks=()):
+@contextmanager
+def sharing_vllm_engine(vllm_generation):
+    """While a second trainer is built on the same model, TRL hands it `vllm_generation` (the first trainer's colocated
+    engine, `trl.generation.vllm_generation.VLLMGeneration`) instead of starting an engine of its own: two engines at
+    35% of the GPU each beside a 7B's training do not fit an H200 (63 GiB + 2 x 49 GiB). The engine syncs the shared
+    model's weights before each trainer's first generation (TRL's `_last_loaded_step` is per trainer)."""
+    import trl.trainer.grpo_trainer as grpo_trainer
+    built = grpo_trainer.VLLMGeneration
+    if vllm_generation is not None: grpo_trainer.VLLMGeneration = lambda **settings: vllm_generation
+    try: yield
+    finally: grpo_trainer.VLLMGeneration = built
+
+
+def stock_trl_trainer(model, config, examples, processor, callbacks=(), vllm_generation=None):
     """Stock TRL: `GRPOTrainer` itself, with TRL's sampler and advantages and the format + accuracy rewards, on the rows
     of the same prompt pairs (x and x' as independent prompts), so that a step generates and trains on as many
-    completions of the same prompts as an OT-GRPO step."""
+    completions of the same prompts as an OT-GRPO step; with `config.use_vllm`, through `vllm_generation` (the OT-GRPO
+    trainer's engine) where given."""
     from datasets import Dataset as HFDataset
     from trl import GRPOTrainer
     from consistency_amp.reward.verifiers import accuracy_reward_func, format_reward_func
@@ -321,8 +335,9 @@ def stock_trl_trainer(model, config, examples, processor, callbacks=()):
     rows = [row for i, e in enumerate(examples[:max(64, 4 * pairs)])
             for row in make_prompt_pair(e, np.random.default_rng([config.seed, 0, i])).to_rows(include_labels=True)]
     placeholder = HFDataset.from_dict({"example": list(range(len(rows)))})   # GRPOTrainer's type check (as OTGRPOTrainer)
-    trainer = timed(GRPOTrainer)(model=model, reward_funcs=[format_reward_func, accuracy_reward_func], args=config,
-                                 train_dataset=placeholder, processing_class=processor, callbacks=list(callbacks))
+    with sharing_vllm_engine(vllm_generation):
+        trainer = timed(GRPOTrainer)(model=model, reward_funcs=[format_reward_func, accuracy_reward_func], args=config,
+                                     train_dataset=placeholder, processing_class=processor, callbacks=list(callbacks))
     trainer.train_dataset = rows             # the rows themselves: prompt messages, PIL image, answer_type, ground_truth
     return trainer
 
@@ -774,7 +789,8 @@ def run(args) -> dict:
         def run_stock():   # the same model and work through TRL's own trainer, before or after the OT-GRPO arm
             from dataclasses import replace
             stock_config = trainer_config(replace(params, steps=args.warmup + args.steps), Path(tmp) / "stock")
-            stock_trainer = stock_trl_trainer(model, stock_config, examples, processor)
+            stock_trainer = stock_trl_trainer(model, stock_config, examples, processor,
+                                              vllm_generation=getattr(trainer, "vllm_generation", None))
             stock_trainer.setup_timing(sections, args.answers == "scripted", args.seed)
             stock_clock = StepClock(stock_trainer, ["stock_trl"] * (args.warmup + args.steps), sections)
             stock_trainer.add_callback(stock_clock)

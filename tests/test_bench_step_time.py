@@ -567,3 +567,39 @@ def test_cpu_combined_arm(tmp_path):
                            '{"learning_rate": 1.0}'], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "cannot be switched" in proc.stderr and "fused_rms_norm" in proc.stderr
 
+
+
+def test_a_sigterm_ends_training_and_the_json_keeps_the_steps_that_ended(tmp_path):
+    "A lent GPU's call that reaches its time limit (`timeout` sends SIGTERM) still writes the record of the steps it measured."
+    import signal, time
+    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
+    out = tmp_path / "figures.json"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--arch", "tiny", "--device", "cpu", "--steps", "200",
+                             "--warmup", "1", "--completion-length", "8", "--pairs-per-device", "1", "--K", "2",
+                             "--pairings", "minimal,random", "--stock-trl", "--json", str(out)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = []
+    for line in proc.stdout:   # the progress lines: one per step as it ends
+        seen.append(line)
+        if line.startswith("step 4/"): break
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "".join(seen) + rest
+    result = json.loads(out.read_text())
+    steps = len(result["steps_record"])
+    assert 4 <= steps < 401 and result["stopped"] == f"SIGTERM after {steps} of 401 steps"
+    assert set(result["pairings"]) == {"minimal", "random"} and "stock_trl" not in result   # no stock arm after a stop
+    assert f"stopped early by SIGTERM after {steps} of 401 steps" in rest
+
+
+def test_a_stock_trainer_shares_the_paired_trainers_vllm_engine(bench):
+    "`--stock-trl` with `--use-vllm`: TRL builds the second trainer's generation from the first's engine, then builds its own again."
+    import trl.trainer.grpo_trainer as grpo_trainer
+    built, engine = grpo_trainer.VLLMGeneration, object()
+    with bench.sharing_vllm_engine(engine):
+        assert grpo_trainer.VLLMGeneration(model=None, mode="colocate") is engine
+    assert grpo_trainer.VLLMGeneration is built
+    with bench.sharing_vllm_engine(None):   # no engine to share (the generate path): TRL's own class
+        assert grpo_trainer.VLLMGeneration is built
+    with pytest.raises(RuntimeError), bench.sharing_vllm_engine(engine): raise RuntimeError("a failed build")
+    assert grpo_trainer.VLLMGeneration is built
