@@ -11,14 +11,13 @@
 # 7B colocated: its training peaks at 63 GiB beside the engine's 35% share of an 80 GB card, so the engine must sleep
 # (TRL frees its weights and KV cache while the trainer runs, and re-sends the weights before each generation):
 #   ARCH=7B TRAINER_ARGS='{"vllm_enable_sleep_mode": true}' bash benchmarks/vllm_device_check.sh
-# On an H200 (139 GiB) the same sum, 63 GiB beside 35% of 139 (49 GiB), leaves room without sleep (arithmetic, not a
-# run), so the paper's configuration can be timed as issue 23's targets ask (7B, 512 tokens):
-#   STAGES=step ARCH=7B LENGTH=512 STEPS=3 STEP_TIMEOUT=380 BUDGET=390 bash benchmarks/vllm_device_check.sh
-#   STAGES=eval ARCH=7B BUDGET=<the seconds left, less 30> bash benchmarks/vllm_device_check.sh
-# (two calls on one warm machine: a 7B check does not fit one; the second finds vLLM unpacked)
-# Issue 23's item 4 asks for 6 steps per arm, minimal against random, in ABBA order: PAIRINGS=minimal,random STEPS=6
-# (the arms switch inside one trainer and one engine; 13 steps and the start fit STEP_TIMEOUT=380 only if a step takes
-# under about 20 s, by arithmetic from the 3B's 9.9 s at 256 tokens: run it after a STEPS=3 call has shown the time)
+# On an H200 (139 GiB) the same sum, 63 GiB beside 35% of 139 (49 GiB), leaves room without sleep (session 44: a peak
+# of 111.6 GiB), so the paper's configuration is timed as issue 23's targets ask (7B, 512 tokens; item 4's 6 steps per
+# arm, minimal against random in ABBA, switched inside one trainer and one engine), then a run's evaluation:
+#   STAGES=step ARCH=7B LENGTH=512 PAIRINGS=minimal,random STEPS=6 STEP_TIMEOUT=500 BUDGET=560 bash benchmarks/vllm_device_check.sh
+#   STAGES=eval ARCH=7B EVALS=merged BUDGET=<the seconds left, less 30> bash benchmarks/vllm_device_check.sh
+# (two calls on one warm machine, 397 and 253 s in session 44: a 7B check does not fit one; the second finds vLLM
+# unpacked)
 # BENCH_ARGS: further bench_step_time.py options for the step, e.g. BENCH_ARGS="--stock-trl after" (stock TRL's
 # GRPOTrainer on the same model, through the same engine: item 4's third arm).
 # The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts" and "For the next GPU session".
