@@ -94,7 +94,9 @@ evaluate() {   # evaluate LABEL LIMIT ARGS...: one evaluation through vLLM, its 
 # a run's evaluation as users run it: the adapter folded into a copy of the 7B's weights, then a plain engine; 161
 # questions of the six tasks for item 5's time per 1,000 questions (random weights never end an answer, so each runs
 # to the 512 new tokens: an upper bound of a trained model's time); the folding's own time is in the log's load_s
-[[ " $EVALS " == *" merged "* ]] && evaluate _merged "$EVAL_TIMEOUT" --backend vllm --max_examples 30
+# EVAL_ARGS: further evaluate options for this one, e.g. EVAL_ARGS="--batch_size 64 --run_name wide" (the answering
+# time per 1,000 questions against the default 16 prompts a call: vLLM batches a call itself)
+[[ " $EVALS " == *" merged "* ]] && evaluate _merged "$EVAL_TIMEOUT" --backend vllm --max_examples 30 ${EVAL_ARGS:-}
 if [[ " $EVALS " == *" lora_eager "* ]]; then
   evaluate _lora_eager "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50 \
     --vllm_engine_args '{"enforce_eager": true}' --run_name "random-$ARCH-lora-eager"
