@@ -793,6 +793,7 @@ def run(args) -> dict:
                                               vllm_generation=getattr(trainer, "vllm_generation", None))
             stock_trainer.setup_timing(sections, args.answers == "scripted", args.seed)
             stock_clock = StepClock(stock_trainer, ["stock_trl"] * (args.warmup + args.steps), sections)
+            stock_clocks.append(stock_clock)   # its steps are kept should a time limit end the arm
             stock_trainer.add_callback(stock_clock)
             stock_trainer.remove_callback(PrinterCallback)
             say(f"stock TRL GRPOTrainer: {stock_config.per_device_train_batch_size} completions per device and step", flush=True)
@@ -803,21 +804,22 @@ def run(args) -> dict:
             finally:
                 if trainer.image_cache is not None: trainer.image_cache.enabled = True
                 process_images_once(processor, enabled=processed_once)
-            return stock_clock.records
 
-        stock_records = run_stock() if args.stock_trl == "before" else None
-        if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
-        stopped = None
-        try:
-            with timed_pairing(sections), stop_on_sigterm():
-                trainer.train()
-        except TimeLimit as signal_name:   # the figures so far; a stock-TRL arm after is not started
-            stopped = f"{signal_name} after {len(clock.records)} of {len(schedule)} steps"
+        stock_clocks, stopped = [], None
+        try:   # a time limit's SIGTERM in any arm, stock TRL's included, ends training; the steps that ended are kept
+            with stop_on_sigterm():
+                if args.stock_trl == "before": run_stock()
+                if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
+                with timed_pairing(sections): trainer.train()
+                if args.stock_trl == "after": run_stock()
+        except TimeLimit as signal_name:
+            stopped = f"{signal_name} after {len(clock.records)} of {len(schedule)} steps" + "".join(
+                f" and {len(c.records)} of {len(c.schedule)} stock-TRL steps" for c in stock_clocks)
             say(f"stopped by {stopped}: what follows is the steps that ended", flush=True)
         lengths = [(int(h["completions/min_length"]), int(h["completions/max_length"])) for h in trainer.state.log_history
                    if "completions/min_length" in h]
-        if args.stock_trl == "after" and stopped is None: stock_records = run_stock()
-        stock = None if stock_records is None else summarise(stock_records, args.warmup)["stock_trl"]
+        stock_records = stock_clocks[0].records if stock_clocks else None
+        stock = None if stock_records is None else summarise(stock_records, args.warmup).get("stock_trl")
 
     summary = summarise(clock.records, skipped)
     result = dict(arch=args.arch if args.model is None else None, model=args.model, device=str(device), device_name=torch.cuda.get_device_name(device)

@@ -603,3 +603,26 @@ def test_a_stock_trainer_shares_the_paired_trainers_vllm_engine(bench):
         assert grpo_trainer.VLLMGeneration is built
     with pytest.raises(RuntimeError), bench.sharing_vllm_engine(engine): raise RuntimeError("a failed build")
     assert grpo_trainer.VLLMGeneration is built
+
+
+def test_a_sigterm_in_the_stock_arm_keeps_its_steps(tmp_path):
+    "`--stock-trl before` cut off by a time limit: the stock arm's measured steps are written, the OT-GRPO arm never ran."
+    import signal
+    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
+    out = tmp_path / "figures.json"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--arch", "tiny", "--device", "cpu", "--steps", "200",
+                             "--warmup", "1", "--completion-length", "8", "--pairs-per-device", "1", "--K", "2",
+                             "--pairings", "minimal", "--stock-trl", "before", "--json", str(out)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("step 4/201 stock_trl"): break
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "".join(seen) + rest
+    result = json.loads(out.read_text())
+    stock_steps = len(result["stock_trl"]["steps_record"])
+    assert 4 <= stock_steps < 201 and result["stock_trl"]["steps"] == stock_steps - 1   # the warm-up step excluded
+    assert result["steps_record"] == [] and result["pairings"] == {}
+    assert result["stopped"] == f"SIGTERM after 0 of 201 steps and {stock_steps} of 201 stock-TRL steps"
