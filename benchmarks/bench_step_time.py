@@ -165,7 +165,7 @@ SHARED_PREFILL = ":shared-prefill"   # suffix of an arm that prefills each disti
 COMBINED = ":combined"   # suffix of an arm that switches several settings at once (--combined-arm)
 # the OTGRPOConfig settings an arm can switch from step to step (--combined-arm)
 SWITCHABLE = ("merge_lora_for_generation", "fuse_projections", "share_prompt_forward", "share_prompt_prefill",
-              "rotary_in_one_pass", "fused_rms_norm")
+              "rotary_in_one_pass", "fused_rms_norm", "old_logps_from_loss_forward")
 
 
 def arms(pairings, image_cache: str, dropout_arm: bool = False, merged_arm: bool = False,
@@ -407,6 +407,8 @@ def timed_trainer_class():
                                      fused_rms_norm=bool(fused_norms(self.trainer.model)),
                                      rotary_in_one_pass=bool(getattr(args, "rotary_in_one_pass", False)),
                                      shared_prompt_prefill=bool(getattr(args, "share_prompt_prefill", False)),
+                                     # did the step skip TRL's old-policy pass (vLLM, on-policy)? stock TRL: no
+                                     old_logps_from_loss_forward=getattr(self.trainer, "_ratio_from_loss_forward", bool)(),
                                      combined=arm_combined(self.arm),
                                      prompt_lengths=getattr(self.trainer, "prompt_lengths", None),
                                      seconds=now - self.last,

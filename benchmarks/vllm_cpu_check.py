@@ -15,7 +15,9 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
 * training: `OTGRPOTrainer` with `use_vllm=True` (colocate) trains `--steps` steps on paired prompts with images and
   the project's LoRA adapter; the base weights stay bitwise as they were (`out_of_place_merges`); vLLM's
   log-probabilities of a sampled batch are the trainer model's (over the vocabulary less the forbidden image token),
-  and TRL's pass over that batch gives the same with each prompt forwarded once (`share_prompt_forward`);
+  and TRL's pass over that batch gives the same with each prompt forwarded once (`share_prompt_forward`); the
+  importance-sampling ratio the loss forward puts in that batch (`old_logps_from_loss_forward`, on in training) is
+  TRL's own pass's, with the same loss;
   the engine holds the merged weights (base + alpha/r B A) and generates from the processor's prompts; and one batch
   decoded greedily through vLLM and through transformers' `generate` gives the same completion tokens, row for row
   (x and x', each with its own image). Stock TRL's `GRPOTrainer` then trains 2 steps on the same model through the same engine
@@ -152,8 +154,15 @@ def run_training(folder: Path, steps: int, results: list) -> None:
            f"{len(frozen) - len(changed)}/{len(frozen)} base tensors bitwise as before ({steps} syncs of a moving "
            f"adapter)")
 
+    ratios = [h.get("sampling/importance_sampling_ratio/mean") for h in trainer.state.log_history if "loss" in h]
+    report(results, "the importance-sampling ratio from the loss forward in training", len(ratios) == steps
+           and all(r is not None and math.isfinite(r) for r in ratios),
+           f"old_logps_from_loss_forward (the default): mean ratio per step {[round(r, 4) for r in ratios if r is not None]}")
+
     rows = next(iter(trainer.get_train_dataloader()))
+    trainer.args.old_logps_from_loss_forward = False   # TRL's own pass: its old-policy log-probabilities and ratio
     sampled = trainer._generate_and_score_completions(copy.deepcopy(rows))   # temperature 1, as in training
+    trainer.args.old_logps_from_loss_forward = True
     vllm_logps, trainer_logps = sampled["sampling_per_token_logps"], allowed_logps(model, sampled, processor)
     mask = sampled["completion_mask"].bool()
     gap, raw = ((vllm_logps - logps)[mask].abs().max().item()
@@ -163,6 +172,15 @@ def run_training(folder: Path, steps: int, results: list) -> None:
            f"renormalised "
            f"without the forbidden image token, as vLLM's are (without renormalising: {raw:.1e}, TRL's "
            f"sampling_logp_difference)")
+    deferred = {k: v for k, v in sampled.items() if k not in ("old_per_token_logps", "importance_sampling_ratio")}
+    trainer.current_gradient_accumulation_steps = 1
+    with torch.no_grad():   # the same batch: TRL's ratio, and the one the loss forward puts in it
+        trl_loss, own_loss = (trainer.compute_loss(trainer.model, batch).item() for batch in (dict(sampled), deferred))
+    gap = (deferred["importance_sampling_ratio"] - sampled["importance_sampling_ratio"]).abs().max().item()
+    report(results, "the ratio from the loss forward = TRL's pass's", gap < 1e-5 and abs(own_loss - trl_loss) < 1e-6,
+           f"on vLLM's batch: |ratio - TRL's| <= {gap:.1e} ({trainer.args.vllm_importance_sampling_mode}, "
+           f"{int((sampled['importance_sampling_ratio'] == 0).sum())} of {len(sampled['completion_ids'])} "
+           f"rows masked), loss {own_loss:.6f} against TRL's {trl_loss:.6f}")
     ids, attention = (torch.cat([sampled[f"prompt_{k}"], sampled[f"completion_{k}"]], 1) for k in ("ids", "mask"))
     media = {k: sampled[k] for k in ("pixel_values", "image_grid_thw", "num_images", "mm_token_type_ids") if k in sampled}
     def old_logps(share: bool):   # TRL's old-policy pass under vLLM, rows whole or each prompt forwarded once

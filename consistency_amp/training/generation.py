@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import sys
 import warnings
 from contextlib import ExitStack, contextmanager
@@ -18,15 +19,16 @@ import torch.nn.functional as F
 from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedModel
 
-from ..core import check_int, help_field
+from ..core import check_choice, check_int, help_field
 
 # %% auto #0
-__all__ = ['STATIC_CACHE_BLOCK', 'PROJECTION_GROUPS', 'GROUP_ATTRIBUTES', 'GENERATE_ONLY', 'merged_weight', 'merged_lora_weights',
-           'replace_input_grads_hooks', 'input_grads_hooks', 'without_input_grads_hooks', 'static_cache_length',
-           'rms_norm_forward', 'rms_norms', 'computes_rms_norm', 'fuse_rms_norms', 'fused_norms', 'one_pass_rotary',
-           'rotates_alike', 'rotary_modules', 'rotary_in_one_pass', 'projection_groups', 'group_forward',
-           'part_forward', 'one_matmul', 'GenerationSettings', 'check_generation_settings', 'out_of_place_merges',
-           'forbid_image_token', 'collapse_image_tokens', 'vllm_expands_images', 'adapt_vllm_generation']
+__all__ = ['STATIC_CACHE_BLOCK', 'PROJECTION_GROUPS', 'GROUP_ATTRIBUTES', 'GENERATE_ONLY', 'IMPORTANCE_SAMPLING_MODES',
+           'merged_weight', 'merged_lora_weights', 'replace_input_grads_hooks', 'input_grads_hooks',
+           'without_input_grads_hooks', 'static_cache_length', 'rms_norm_forward', 'rms_norms', 'computes_rms_norm',
+           'fuse_rms_norms', 'fused_norms', 'one_pass_rotary', 'rotates_alike', 'rotary_modules', 'rotary_in_one_pass',
+           'projection_groups', 'group_forward', 'part_forward', 'one_matmul', 'GenerationSettings',
+           'check_generation_settings', 'out_of_place_merges', 'forbid_image_token', 'collapse_image_tokens',
+           'vllm_expands_images', 'adapt_vllm_generation', 'vllm_importance_ratio']
 
 # %% ../../nbs/26_generation.ipynb #a22a9be0
 def merged_weight(layer: LoraLayer) -> torch.Tensor:
@@ -381,3 +383,17 @@ def adapt_vllm_generation(vllm_generation, mode: str) -> None:
     processor = vllm_generation.processing_class
     vllm_generation.generation_kwargs = forbid_image_token(vllm_generation.generation_kwargs, processor)
     if mode == "colocate" and hasattr(processor, "image_token_id"): vllm_expands_images(vllm_generation)
+
+# %% ../../nbs/26_generation.ipynb #715dafcb
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")   # TRL 1.16's
+
+def vllm_importance_ratio(logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor, mode: str = "sequence_mask",
+                          clip_min: float | None = None, clip_max: float | None = 3.0) -> torch.Tensor:
+    "TRL's importance-sampling ratio of the trainer's per-token log-probabilities `logps` (B, T) to vLLM's `sampling_logps`, over the tokens of `mask`: per token (B, T) or per sequence (B, 1) by `mode`, clamped into [`clip_min`, `clip_max`] (`*_truncate`) or zero outside it (`*_mask`); a token vLLM could not score (NaN) counts as ratio 1."
+    check_choice("vllm_importance_sampling_mode", mode, IMPORTANCE_SAMPLING_MODES)
+    log_ratio = torch.nan_to_num((logps - sampling_logps) * mask, nan=0.0)
+    if mode.startswith("sequence"): log_ratio = log_ratio.sum(-1, keepdim=True)
+    ratio = torch.exp(log_ratio)
+    if mode.endswith("truncate"): return ratio.clamp(min=clip_min, max=clip_max)
+    low, high = -math.inf if clip_min is None else clip_min, math.inf if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)

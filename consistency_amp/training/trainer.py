@@ -21,6 +21,7 @@ from datasets import Dataset as HFDataset
 from torch.utils.data import Dataset, Sampler
 from transformers import TrainerState
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import nanmax, nanmin
 
 from ..core import (PAIRINGS, PAPER, PAPER_SETTINGS, REWARDS, SIDES, SPATIAL_BASE_PREFIX, TINY_MODEL, check_choice, check_int,
     check_trainable, help_field, mend_notebook_progress)
@@ -31,7 +32,7 @@ from consistency_amp.training.image_features import (install_image_cache, prefil
     shared_prompt_logps)
 from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_generation, check_generation_settings,
     fuse_rms_norms, merged_lora_weights,
-    out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length,
+    out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length, vllm_importance_ratio,
     without_input_grads_hooks)
 from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
     check_paired_dataset, check_reads_images, label_flipped, load_image, unread_labels_hint, verifier_relation)
@@ -83,6 +84,14 @@ class OTGRPOConfig(GRPOConfig, GenerationSettings):
                                              "load nearly half the tokens of those passes are repeated prompts. The "
                                              "same log-probabilities and gradients to within float rounding; with LoRA "
                                              "dropout, the K completions of a prompt share its dropout mask.")
+    old_logps_from_loss_forward: bool = help_field(True, "With use_vllm and TRL's vllm_importance_sampling_correction, "
+                                                    "on-policy (gradient_accumulation_steps a multiple of steps_per_generation "
+                                                    "x num_iterations, as by default): take the trainer's log-probabilities of "
+                                                    "the importance-sampling ratio from the loss forward, instead of TRL's "
+                                                    "separate pass over the batch at generation time (nbs/26_generation). "
+                                                    "On-policy they are the same numbers, so the same ratio, loss and gradients "
+                                                    "(nbs/29_vllm_generation), one forward fewer per step; with LoRA dropout the "
+                                                    "ratio sees the loss forward's mask. Off-policy TRL's pass runs.")
 
     def __post_init__(self):
         settle_paired_config(self)
@@ -234,6 +243,7 @@ class OTGRPOTrainer(GRPOTrainer):
                          train_dataset=placeholder, eval_dataset=evaluated and placeholder, processing_class=processing_class,
                          peft_config=peft_config, callbacks=callbacks, optimizers=optimizers)
         self.train_dataset, self.eval_dataset = paired, evaluated
+        self._ratio_inputs = None   # the batch whose importance-sampling ratio the loss forward computes (_compute_loss)
         check_trainable(self.model)                   # a frozen model: said now, not at the first backward
         for rows in filter(None, (paired, evaluated)): check_reads_images(self.processing_class, rows.pairs)   # image pairs, a text model: refused
         if evaluated: self._eval_pairs_per_batch()    # an evaluation batch of whole pairs: checked now
@@ -289,16 +299,58 @@ class OTGRPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **media):
-        "TRL's; with `share_prompt_forward`, each distinct prompt forwarded once (`shared_prompt_logps`) where it applies and the rows are one chunk."
+        "TRL's; with `share_prompt_forward`, each distinct prompt forwarded once (`shared_prompt_logps`) where it applies and the rows are one chunk; in the loss forward of a batch without its importance-sampling ratio (`_compute_loss`), the ratio put in the batch."
+        shared = None
         if self.args.share_prompt_forward and (batch_size or len(input_ids)) >= len(input_ids) and not compute_aux_loss:
             with self.accelerator.autocast():
                 shared = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy, **media)
-            if shared is not None: return (*shared, None)
-            warnings.warn("share_prompt_forward=True, but this batch's prompts could not be shared (a model without a "
-                          "Qwen2-VL-style encoder, no mm_token_type_ids, a prompt ending in padding, or no prompt "
-                          "repeated): TRL's pass scores it", stacklevel=2)
-        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                                          compute_entropy, compute_aux_loss, **media)
+            if shared is None:
+                warnings.warn("share_prompt_forward=True, but this batch's prompts could not be shared (a model without a "
+                              "Qwen2-VL-style encoder, no mm_token_type_ids, a prompt ending in padding, or no prompt "
+                              "repeated): TRL's pass scores it", stacklevel=2)
+        result = (*shared, None) if shared is not None else super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **media)
+        if (inputs := self._ratio_inputs) is not None:
+            self._ratio_inputs = None   # the loss forward's own call; any later one is not
+            inputs["importance_sampling_ratio"] = self._loss_forward_ratio(result[0], inputs)
+        return result
+
+    def _ratio_from_loss_forward(self) -> bool:
+        "Does this step take the importance-sampling ratio's log-probabilities from the loss forward (`old_logps_from_loss_forward`, vLLM's correction on, on-policy as TRL judges it)?"
+        on_policy = self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations) == 0
+        return self.args.old_logps_from_loss_forward and self.use_vllm and self.vllm_importance_sampling_correction and on_policy
+
+    def _generate_and_score_completions(self, inputs):
+        "TRL's; with `_ratio_from_loss_forward`, without TRL's old-policy pass and its ratio (TRL reads the switch here and in the loss only), which `_compute_loss` then computes."
+        if not self._ratio_from_loss_forward(): return super()._generate_and_score_completions(inputs)
+        self.vllm_importance_sampling_correction = False
+        try: return super()._generate_and_score_completions(inputs)
+        finally: self.vllm_importance_sampling_correction = True
+
+    def _compute_loss(self, model, inputs):
+        "TRL's; where the batch came without its importance-sampling ratio (`_generate_and_score_completions`), the ratio of this forward's log-probabilities to vLLM's is put in `inputs` as the forward returns (`_get_per_token_logps_and_entropies`), before TRL reads it."
+        deferred = self.use_vllm and self.vllm_importance_sampling_correction and "importance_sampling_ratio" not in inputs
+        self._ratio_inputs = inputs if deferred else None
+        try: return super()._compute_loss(model, inputs)
+        finally: self._ratio_inputs = None
+
+    def _loss_forward_ratio(self, logps: torch.Tensor, inputs: dict) -> torch.Tensor:
+        "`vllm_importance_ratio` of the loss forward's `logps` to the batch's vLLM log-probabilities, with TRL's sampling metrics logged."
+        args, mode = self.args, "train" if self.model.training else "eval"
+        logps, sampling = logps.detach(), inputs["sampling_per_token_logps"]
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        ratio = vllm_importance_ratio(logps, sampling, mask, args.vllm_importance_sampling_mode,
+                                      args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
+        delta = (logps - sampling).abs()[mask.bool() & ~torch.isnan(sampling)]   # TRL's metrics, as it logs them
+        ratios = ratio.flatten() if ratio.shape[-1] == 1 else ratio[mask.bool()]
+        def stat(reduce, values): return self.accelerator.gather(reduce(values) if values.numel() else logps.new_zeros(()))
+        metrics = self._metrics[mode]
+        metrics["sampling/sampling_logp_difference/mean"].append(stat(torch.mean, delta).mean().item())
+        metrics["sampling/sampling_logp_difference/max"].append(stat(torch.max, delta).max().item())
+        metrics["sampling/importance_sampling_ratio/min"].append(nanmin(stat(torch.min, ratios)).item())
+        metrics["sampling/importance_sampling_ratio/mean"].append(stat(torch.mean, ratios).nanmean().item())
+        metrics["sampling/importance_sampling_ratio/max"].append(nanmax(stat(torch.max, ratios)).item())
+        return ratio
 
     def _run_epoch(self, *args, epoch: int, train_dataloader, **kwargs):
         "Trainer's, with the `PairedRepeatSampler`'s epoch set first: on a resume under several processes Trainer's own `set_epoch` does not reach it."
