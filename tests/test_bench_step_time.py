@@ -626,3 +626,10 @@ def test_a_sigterm_in_the_stock_arm_keeps_its_steps(tmp_path):
     assert 4 <= stock_steps < 201 and result["stock_trl"]["steps"] == stock_steps - 1   # the warm-up step excluded
     assert result["steps_record"] == [] and result["pairings"] == {}
     assert result["stopped"] == f"SIGTERM after 0 of 201 steps and {stock_steps} of 201 stock-TRL steps"
+
+
+def test_every_switchable_setting_is_a_trainer_setting(bench):
+    "--combined-arm's settings are OTGRPOConfig's fields (a misspelt one would be set on the config and read by nothing)."
+    from consistency_amp.training.trainer import OTGRPOConfig
+    assert "old_logps_from_loss_forward" in bench.SWITCHABLE
+    assert set(bench.SWITCHABLE) <= set(OTGRPOConfig.__dataclass_fields__)
