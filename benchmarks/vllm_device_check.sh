@@ -19,7 +19,10 @@
 # (two calls on one warm machine, 397 and 253 s in session 44: a 7B check does not fit one; the second finds vLLM
 # unpacked)
 # BENCH_ARGS: further bench_step_time.py options for the step, e.g. BENCH_ARGS="--stock-trl after" (stock TRL's
-# GRPOTrainer on the same model, through the same engine: item 4's third arm).
+# GRPOTrainer on the same model, through the same engine: item 4's third arm), or, with
+# TRAINER_ARGS='{"old_logps_from_loss_forward":false}', BENCH_ARGS='--combined-arm {"old_logps_from_loss_forward":true}'
+# (TRL's old-policy pass against the loss forward's log-probabilities, ABBA; JSON without spaces: BENCH_ARGS is split
+# on them). The step's bench_step_time.py command dry-runs on the CPU with vLLM's CPU build and --arch tiny-vllm-cpu.
 # The plan and the part calls: benchmarks/README.md, "vLLM on the GPU, in parts" and "For the next GPU session".
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd); OUT=${OUT:-/tmp/vllm_out}; mkdir -p "$OUT"
