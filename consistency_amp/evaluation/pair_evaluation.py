@@ -23,7 +23,7 @@ from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_read
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.paired_sampler import pair_key
 from ..training.train_pairs import EXAMPLE_PAIRS, is_vision_language, load_pair_model, load_pairs
-from ..training.trainer import PairedPromptDataset
+from ..training.paired_sampler import PairedPromptDataset
 
 # %% auto #0
 __all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'pair_answerer', 'main', 'cli']

@@ -5,10 +5,8 @@
 # %% ../../nbs/28_trainer.ipynb #9e4aad5d
 from __future__ import annotations
 
-import copy
 import os
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ import numpy as np
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset as HFDataset
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Sampler
 from transformers import TrainerState
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
@@ -27,24 +25,23 @@ from ..core import (PAIRINGS, PAPER, PAPER_SETTINGS, REWARDS, SIDES, SPATIAL_BAS
     check_trainable, help_field, mend_notebook_progress)
 from ..files import TRAINER_STATE_FILE, complete_checkpoints   # what makes a checkpoint complete, said once
 from ..reward.pairing import consistency_reward_func, paired_consistency_rewards
-from .paired_sampler import PairedRepeatSampler, pair_key, paired_sampler, split_key
+from .paired_sampler import PairedPromptDataset, PairedRepeatSampler, paired_prompts, paired_sampler
 from consistency_amp.training.image_features import (install_image_cache, prefill_once_per_prompt, process_images_once,
     shared_prompt_logps)
 from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_generation, check_generation_settings,
     fuse_rms_norms, merged_lora_weights,
     out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length, vllm_importance_ratio,
     without_input_grads_hooks)
-from ..reward.paired_data import (IMAGE_COLUMNS, PAIR_COLUMNS, TRUTH_COLUMNS, check_pair_row,
-    check_paired_dataset, check_reads_images, label_flipped, load_image, unread_labels_hint, verifier_relation)
+from ..reward.paired_data import check_reads_images
 from ..world.prompts import PromptPair, make_prompt_pair
-from ..world.spatial_pairs import check_example_sequence, spatial_pair_dataset
+from ..world.spatial_pairs import spatial_pair_dataset
 from ..world.tasks import Example
 from ..reward.verifiers import (
     ANSWER_FORMAT_HINT, accuracy, accuracy_reward_func, completion_text, format_reward_func, log_answer_metrics, parse_answer)
 
 # %% auto #0
-__all__ = ['OT_GRPO_TAGS', 'OTGRPOConfig', 'settle_paired_config', 'PairedPromptDataset', 'consistency_reward_placeholder',
-           'paired_prompts', 'OTGRPOTrainer', 'checkpoint_card']
+__all__ = ['OT_GRPO_TAGS', 'OTGRPOConfig', 'settle_paired_config', 'consistency_reward_placeholder', 'OTGRPOTrainer',
+           'checkpoint_card']
 
 # %% ../../nbs/28_trainer.ipynb #246f1434
 @dataclass
@@ -136,84 +133,12 @@ def settle_paired_config(self: OTGRPOConfig) -> None:
         raise ValueError(f"reward_weights weighs the format, the {self.reward} and the trainer's reward_funcs rewards: "
                          f"at least 2 weights; got {self.reward_weights!r}")
 
-# %% ../../nbs/28_trainer.ipynb #afe14c0e
-class PairedPromptDataset(Dataset):
-    "TRL rows of the prompts x and x' of a paired `datasets.Dataset` (`reward.paired_data`), read by dataset key."
-    def __init__(self, pairs, reward: str = "consistency", label_noise: float = 0.0, label_noise_seed: int = 0,
-                 cache_size: int = 256):
-        check_paired_dataset(pairs)
-        check_choice("reward", reward, REWARDS)
-        if reward == "accuracy" and not set(TRUTH_COLUMNS) <= set(pairs.column_names) and pairs.format["type"] != "custom":
-            raise ValueError(f"reward='accuracy' needs the labels, columns {' and '.join(TRUTH_COLUMNS)}, which the paired "   # rows built
-                             f"dataset lacks: add them{unread_labels_hint(pairs.column_names)}, or use reward='consistency'")   # when read: checked then
-        if label_noise > 0 and reward != "accuracy": raise ValueError(f"label_noise needs reward='accuracy'; got reward={reward!r}")
-        self.pairs, self.reward, self.label_noise, self.label_noise_seed = pairs, reward, label_noise, label_noise_seed
-        self._cache, self.cache_size = OrderedDict(), cache_size
-        stored = pairs.with_format(None)
-        if reward == "accuracy" and "ground_truth" in pairs.column_names and None in (truth := stored["ground_truth"]):
-            raise ValueError(f"paired dataset row {truth.index(None)}: reward='accuracy' needs its labels, ground_truth and "
-                             "ground_truth_augmented: give them, or leave the row out")   # found now, not when the row is drawn
-        self.pair_ids = [str(i) for i in stored["pair_id"]] if "pair_id" in pairs.column_names else [f"pair-{i}" for i in range(len(pairs))]
-        if label_noise > 0 and "answer_type" in pairs.column_names and "numeric" in (kinds := stored["answer_type"]):
-            raise ValueError(f"label_noise flips boolean labels; row {kinds.index('numeric')} has a numeric answer")
-        self.flipped = np.array([label_flipped(i, label_noise, label_noise_seed) for i in self.pair_ids])
-
-    def __len__(self) -> int: return len(self.pairs)
-
-    def pair(self, index: int) -> dict:
-        "Row `index` of the paired dataset, checked (cached)."
-        if index in self._cache:
-            self._cache.move_to_end(index)
-            return self._cache[index]
-        row = check_pair_row(self.pairs[index], index)
-        if self.reward == "accuracy" and row.get("ground_truth") is None:
-            raise ValueError(f"paired dataset row {index}: reward='accuracy' needs the columns ground_truth and ground_truth_augmented")
-        if self.label_noise > 0 and row["answer_type"] != "boolean":
-            raise ValueError(f"label_noise flips boolean labels; row {index} has a {row['answer_type']} answer")
-        self._cache[index] = row
-        if len(self._cache) > self.cache_size: self._cache.popitem(last=False)
-        return row
-
-    def ground_truth(self, key: int, corrupted: bool = False):
-        "The label of the prompt `key` names (None if the dataset has none); flipped if `corrupted` and its pair is."
-        index, side, _ = split_key(key, len(self))
-        truth = self.pair(index).get(TRUTH_COLUMNS[side])
-        return (not truth) if corrupted and truth is not None and self.flipped[index] else truth
-
-    def __getitem__(self, key: int) -> dict:
-        index, side, _ = split_key(key, len(self))
-        pair = self.pair(index)
-        row = {k: v for k, v in pair.items() if k not in PAIR_COLUMNS + IMAGE_COLUMNS + TRUTH_COLUMNS}   # extra columns travel along
-        row.update(prompt=copy.deepcopy(pair[PAIR_COLUMNS[side]]),   # TRL builds on the messages; keep the cached row intact
-                   pair_id=self.pair_ids[index], side=SIDES[side], relation=verifier_relation(pair["relation"], pair["answer_type"]),
-                   answer_type=pair["answer_type"], key=int(key))
-        if (image := pair.get(IMAGE_COLUMNS[side])) is not None: row["image"] = load_image(image)
-        if self.reward == "accuracy": row["ground_truth"] = self.ground_truth(key, corrupted=True)
-        return row
-
 # %% ../../nbs/28_trainer.ipynb #6c432efd
 def consistency_reward_placeholder(completions, **kwargs) -> list:
     "The `consistency` column's reward function: None here; `OTGRPOTrainer` fills the column after the gather."
     return [None] * len(completions)
 
 consistency_reward_placeholder.__name__ = "consistency"   # TRL logs it as rewards/consistency/mean
-
-# %% ../../nbs/28_trainer.ipynb #f6249b2d
-def paired_prompts(dataset, args: OTGRPOConfig, make_pair: Callable[..., PromptPair] = make_prompt_pair,
-                   name: str = "train_dataset") -> PairedPromptDataset:
-    "The trainer's `PairedPromptDataset` `name` ('train_dataset', or 'eval_dataset', whose labels no noise flips): from a paired `datasets.Dataset`, spatial `Example`s (through `make_pair`), or one already built so."
-    noise = (args.label_noise, args.label_noise_seed) if name == "train_dataset" else (0.0, args.label_noise_seed)
-    if isinstance(dataset, PairedPromptDataset):
-        built = (dataset.reward, dataset.label_noise, dataset.label_noise_seed)
-        if built[:2] != (args.reward, noise[0]) or (noise[0] and built[2] != noise[1]):
-            raise ValueError(f"{name} was built for reward={built[0]!r}, label_noise={built[1]}, label_noise_seed="
-                             f"{built[2]}, but this trainer's {name} needs {args.reward!r}, {noise[0]}, {noise[1]}")
-        return dataset
-    if not isinstance(dataset, HFDataset):
-        check_example_sequence(dataset, name)   # a DatasetDict or a DataFrame: named as such
-        dataset = spatial_pair_dataset(dataset, make_pair, seed=args.seed)
-    try: return PairedPromptDataset(dataset, args.reward, *noise)
-    except ValueError as e: raise ValueError(f"{name}: {e}") from None   # which of the trainer's two datasets
 
 # %% ../../nbs/28_trainer.ipynb #966b8c7b
 OT_GRPO_TAGS = ("consistency_amp", "trl", "grpo", "ot-grpo")   # the Hub tags of everything OT-GRPO trains
