@@ -569,23 +569,28 @@ def test_cpu_combined_arm(tmp_path):
 
 
 
-def test_a_sigterm_ends_training_and_the_json_keeps_the_steps_that_ended(tmp_path):
-    "A lent GPU's call that reaches its time limit (`timeout` sends SIGTERM) still writes the record of the steps it measured."
-    import signal, time
+def sigterm_at(tmp_path, line_start: str, *args) -> tuple[dict, str]:
+    "Run a 200-step tiny CPU bench with `args`, send SIGTERM once a progress line starts with `line_start` (as a lent GPU's time limit would), and return (its JSON, what it printed after); it must exit 0."
+    import signal
     env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
     out = tmp_path / "figures.json"
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "--arch", "tiny", "--device", "cpu", "--steps", "200",
                              "--warmup", "1", "--completion-length", "8", "--pairs-per-device", "1", "--K", "2",
-                             "--pairings", "minimal,random", "--stock-trl", "--json", str(out)],
+                             *args, "--json", str(out)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     seen = []
     for line in proc.stdout:   # the progress lines: one per step as it ends
         seen.append(line)
-        if line.startswith("step 4/"): break
+        if line.startswith(line_start): break
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, "".join(seen) + rest
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text()), rest
+
+
+def test_a_sigterm_ends_training_and_the_json_keeps_the_steps_that_ended(tmp_path):
+    "A lent GPU's call that reaches its time limit (`timeout` sends SIGTERM) still writes the record of the steps it measured."
+    result, rest = sigterm_at(tmp_path, "step 4/", "--pairings", "minimal,random", "--stock-trl")
     steps = len(result["steps_record"])
     assert 4 <= steps < 401 and result["stopped"] == f"SIGTERM after {steps} of 401 steps"
     assert set(result["pairings"]) == {"minimal", "random"} and "stock_trl" not in result   # no stock arm after a stop
@@ -607,21 +612,7 @@ def test_a_stock_trainer_shares_the_paired_trainers_vllm_engine(bench):
 
 def test_a_sigterm_in_the_stock_arm_keeps_its_steps(tmp_path):
     "`--stock-trl before` cut off by a time limit: the stock arm's measured steps are written, the OT-GRPO arm never ran."
-    import signal
-    env = dict(os.environ, CONSISTENCY_AMP_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
-    out = tmp_path / "figures.json"
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--arch", "tiny", "--device", "cpu", "--steps", "200",
-                             "--warmup", "1", "--completion-length", "8", "--pairs-per-device", "1", "--K", "2",
-                             "--pairings", "minimal", "--stock-trl", "before", "--json", str(out)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if line.startswith("step 4/201 stock_trl"): break
-    proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, "".join(seen) + rest
-    result = json.loads(out.read_text())
+    result, _ = sigterm_at(tmp_path, "step 4/201 stock_trl", "--pairings", "minimal", "--stock-trl", "before")
     stock_steps = len(result["stock_trl"]["steps_record"])
     assert 4 <= stock_steps < 201 and result["stock_trl"]["steps"] == stock_steps - 1   # the warm-up step excluded
     assert result["steps_record"] == [] and result["pairings"] == {}
