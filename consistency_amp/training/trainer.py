@@ -267,7 +267,8 @@ class OTGRPOTrainer(GRPOTrainer):
         ratio = vllm_importance_ratio(logps, sampling, mask, args.vllm_importance_sampling_mode,
                                       args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
         delta = (logps - sampling).abs()[mask.bool() & ~torch.isnan(sampling)]   # TRL's metrics, as it logs them
-        ratios = ratio.flatten() if ratio.shape[-1] == 1 else ratio[mask.bool()]
+        per_sequence = args.vllm_importance_sampling_mode.startswith("sequence")   # (B, 1): one ratio per row
+        ratios = ratio.flatten() if per_sequence else ratio[mask.bool()]
         def stat(reduce, values): return self.accelerator.gather(reduce(values) if values.numel() else logps.new_zeros(()))
         metrics = self._metrics[mode]
         metrics["sampling/sampling_logp_difference/mean"].append(stat(torch.mean, delta).mean().item())
