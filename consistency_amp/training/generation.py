@@ -23,12 +23,13 @@ from ..core import check_choice, check_int, help_field
 
 # %% auto #0
 __all__ = ['STATIC_CACHE_BLOCK', 'PROJECTION_GROUPS', 'GROUP_ATTRIBUTES', 'GENERATE_ONLY', 'IMPORTANCE_SAMPLING_MODES',
-           'merged_weight', 'merged_lora_weights', 'replace_input_grads_hooks', 'input_grads_hooks',
+           'SAMPLING_METRICS', 'merged_weight', 'merged_lora_weights', 'replace_input_grads_hooks', 'input_grads_hooks',
            'without_input_grads_hooks', 'static_cache_length', 'rms_norm_forward', 'rms_norms', 'computes_rms_norm',
            'fuse_rms_norms', 'fused_norms', 'one_pass_rotary', 'rotates_alike', 'rotary_modules', 'rotary_in_one_pass',
            'projection_groups', 'group_forward', 'part_forward', 'one_matmul', 'GenerationSettings',
            'check_generation_settings', 'out_of_place_merges', 'forbid_image_token', 'collapse_image_tokens',
-           'vllm_expands_images', 'adapt_vllm_generation', 'vllm_importance_ratio']
+           'vllm_expands_images', 'adapt_vllm_generation', 'vllm_importance_ratio', 'sampling_totals',
+           'sampling_metrics']
 
 # %% ../../nbs/26_generation.ipynb #a22a9be0
 def merged_weight(layer: LoraLayer) -> torch.Tensor:
@@ -397,3 +398,26 @@ def vllm_importance_ratio(logps: torch.Tensor, sampling_logps: torch.Tensor, mas
     if mode.endswith("truncate"): return ratio.clamp(min=clip_min, max=clip_max)
     low, high = -math.inf if clip_min is None else clip_min, math.inf if clip_max is None else clip_max
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+# %% ../../nbs/26_generation.ipynb #25bf4725
+SAMPLING_METRICS = ("sampling_logp_difference/mean", "sampling_logp_difference/max", "importance_sampling_ratio/min",
+                    "importance_sampling_ratio/mean", "importance_sampling_ratio/max")   # TRL 1.16's, under "sampling/"
+
+def sampling_totals(delta: torch.Tensor, ratios: torch.Tensor, totals: torch.Tensor | None = None) -> torch.Tensor:
+    "`totals` (None before a generation batch's first micro-batch) with this micro-batch's: the log-probability gaps `delta`'s sum, count and max, the `ratios`' sum, count, min and max (7 numbers)."
+    def number(value: float): return torch.tensor(value, device=delta.device)
+    def extreme(reduce, values, empty): return reduce(values).float() if values.numel() else number(empty)
+    new = torch.stack([delta.sum().float(), number(float(delta.numel())), extreme(torch.max, delta, -math.inf),
+                       ratios.sum().float(), number(float(ratios.numel())), extreme(torch.min, ratios, math.inf),
+                       extreme(torch.max, ratios, -math.inf)])
+    if totals is None: return new
+    folded = totals + new
+    folded[[2, 6]], folded[5] = torch.maximum(totals[[2, 6]], new[[2, 6]]), torch.minimum(totals[5], new[5])
+    return folded
+
+def sampling_metrics(totals: torch.Tensor) -> torch.Tensor:
+    "This process's five `SAMPLING_METRICS` from `sampling_totals`, as TRL computes them over a whole generation batch (0 for the gaps' or the ratios' where there are none)."
+    gaps, gap_max, ratio_sum, ratios, ratio_min, ratio_max = totals[1], totals[2], totals[3], totals[4], totals[5], totals[6]
+    def some(count, value): return torch.where(count > 0, value, torch.zeros_like(value))
+    return torch.stack([some(gaps, totals[0] / gaps.clamp(min=1)), some(gaps, gap_max), some(ratios, ratio_min),
+                        some(ratios, ratio_sum / ratios.clamp(min=1)), some(ratios, ratio_max)])

@@ -31,6 +31,7 @@ from consistency_amp.training.image_features import (install_image_cache, prefil
 from consistency_amp.training.generation import (GenerationSettings, adapt_vllm_generation, check_generation_settings,
     fuse_rms_norms, merged_lora_weights,
     out_of_place_merges, replace_input_grads_hooks, rotary_in_one_pass, static_cache_length, vllm_importance_ratio,
+    SAMPLING_METRICS, sampling_metrics, sampling_totals,
     without_input_grads_hooks)
 from ..reward.paired_data import check_reads_images
 from ..world.prompts import PromptPair, make_prompt_pair
@@ -169,6 +170,7 @@ class OTGRPOTrainer(GRPOTrainer):
                          peft_config=peft_config, callbacks=callbacks, optimizers=optimizers)
         self.train_dataset, self.eval_dataset = paired, evaluated
         self._ratio_inputs = None   # the batch whose importance-sampling ratio the loss forward computes (_compute_loss)
+        self._sampling_totals = None   # TRL's sampling metrics so far over the generation batch's micro-batches (_loss_forward_ratio)
         check_trainable(self.model)                   # a frozen model: said now, not at the first backward
         for rows in filter(None, (paired, evaluated)): check_reads_images(self.processing_class, rows.pairs)   # image pairs, a text model: refused
         if evaluated: self._eval_pairs_per_batch()    # an evaluation batch of whole pairs: checked now
@@ -248,7 +250,7 @@ class OTGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         "TRL's; with `_ratio_from_loss_forward`, without TRL's old-policy pass and its ratio (TRL reads the switch here and in the loss only), which `_compute_loss` then computes."
         if not self._ratio_from_loss_forward(): return super()._generate_and_score_completions(inputs)
-        self.vllm_importance_sampling_correction = False
+        self.vllm_importance_sampling_correction, self._sampling_totals = False, None   # a new generation batch
         try: return super()._generate_and_score_completions(inputs)
         finally: self.vllm_importance_sampling_correction = True
 
@@ -260,7 +262,7 @@ class OTGRPOTrainer(GRPOTrainer):
         finally: self._ratio_inputs = None
 
     def _loss_forward_ratio(self, logps: torch.Tensor, inputs: dict) -> torch.Tensor:
-        "`vllm_importance_ratio` of the loss forward's `logps` to the batch's vLLM log-probabilities, with TRL's sampling metrics logged."
+        "`vllm_importance_ratio` of the loss forward's `logps` to the batch's vLLM log-probabilities, with TRL's sampling metrics logged: once per generation batch, over its micro-batches so far (`sampling_totals`)."
         args, mode = self.args, "train" if self.model.training else "eval"
         logps, sampling = logps.detach(), inputs["sampling_per_token_logps"]
         mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
@@ -269,13 +271,13 @@ class OTGRPOTrainer(GRPOTrainer):
         delta = (logps - sampling).abs()[mask.bool() & ~torch.isnan(sampling)]   # TRL's metrics, as it logs them
         per_sequence = args.vllm_importance_sampling_mode.startswith("sequence")   # (B, 1): one ratio per row
         ratios = ratio.flatten() if per_sequence else ratio[mask.bool()]
-        def stat(reduce, values): return self.accelerator.gather(reduce(values) if values.numel() else logps.new_zeros(()))
-        metrics = self._metrics[mode]
-        metrics["sampling/sampling_logp_difference/mean"].append(stat(torch.mean, delta).mean().item())
-        metrics["sampling/sampling_logp_difference/max"].append(stat(torch.max, delta).max().item())
-        metrics["sampling/importance_sampling_ratio/min"].append(nanmin(stat(torch.min, ratios)).item())
-        metrics["sampling/importance_sampling_ratio/mean"].append(stat(torch.mean, ratios).nanmean().item())
-        metrics["sampling/importance_sampling_ratio/max"].append(nanmax(stat(torch.max, ratios)).item())
+        first, self._sampling_totals = self._sampling_totals is None, sampling_totals(delta, ratios, self._sampling_totals)
+        per_process = self.accelerator.gather(sampling_metrics(self._sampling_totals)[None])   # (processes, 5)
+        across = (torch.mean, torch.max, nanmin, torch.nanmean, nanmax)   # TRL's reductions over processes, metric by metric
+        for name, reduce, values in zip(SAMPLING_METRICS, across, per_process.T):
+            logged = self._metrics[mode][f"sampling/{name}"]
+            if not first and logged: logged.pop()   # this generation batch's earlier micro-batches, folded into the totals
+            logged.append(reduce(values).item())
         return ratio
 
     def _run_epoch(self, *args, epoch: int, train_dataloader, **kwargs):
