@@ -417,7 +417,7 @@ def sampling_totals(delta: torch.Tensor, ratios: torch.Tensor, totals: torch.Ten
 
 def sampling_metrics(totals: torch.Tensor) -> torch.Tensor:
     "This process's five `SAMPLING_METRICS` from `sampling_totals`, as TRL computes them over a whole generation batch (0 for the gaps' or the ratios' where there are none)."
-    gaps, gap_max, ratio_sum, ratios, ratio_min, ratio_max = totals[1], totals[2], totals[3], totals[4], totals[5], totals[6]
+    gap_sum, gaps, gap_max, ratio_sum, ratios, ratio_min, ratio_max = totals
     def some(count, value): return torch.where(count > 0, value, torch.zeros_like(value))
-    return torch.stack([some(gaps, totals[0] / gaps.clamp(min=1)), some(gaps, gap_max), some(ratios, ratio_min),
+    return torch.stack([some(gaps, gap_sum / gaps.clamp(min=1)), some(gaps, gap_max), some(ratios, ratio_min),
                         some(ratios, ratio_sum / ratios.clamp(min=1)), some(ratios, ratio_max)])
