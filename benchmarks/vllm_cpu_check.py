@@ -35,6 +35,9 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
   shipped example pairs (`examples/square_pairs/`, images flipped), shrunk to the CPU, trains and saves its adapter;
   pairs-evaluation: `python -m consistency_amp.evaluation.pair_evaluation --backend vllm` and `vllm-lora` answer the
   example's test split with that adapter as `--backend transformers` does.
+* text-pairs, text-pairs-evaluation: the same two commands on text pairs and a text model (the tiny text model's
+  architecture with 2 heads of 32): `train_pairs --use_vllm true` trains its adapter, and `pair_evaluation --backend
+  vllm` and `vllm-lora` answer as `--backend transformers` does (the decoder serves text models since session 46).
 
 Two settings exist for the CPU only, and say so where they are set: the engine runs in float32, as the trainer's
 model does on the CPU (vLLM would cast it to bfloat16: a different rounding, and greedy ties could differ), and
@@ -50,7 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))   # bench_step_time, sa
 from bench_step_time import cpu_engine_settings   # the two CPU-only settings (below)
 
 ARCH = "tiny-vllm-cpu"
-PARTS = ("training", "evaluation", "entry", "entry-evaluation", "pairs-entry", "pairs-evaluation")
+PARTS = ("training", "evaluation", "entry", "entry-evaluation", "pairs-entry", "pairs-evaluation", "text-pairs",
+         "text-pairs-evaluation")
 
 
 
@@ -363,6 +367,59 @@ def run_pairs_evaluation(folder: Path, results: list) -> None:
                f"example's 4 test pairs; the adapter {how})")
 
 
+def text_model(where: Path, initializer_range: float) -> Path:
+    "The tiny text model's architecture with 2 attention heads of 32 (vLLM's CPU attention refuses its 16), drawn at `initializer_range`, with its tokenizer."
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from consistency_amp.training.text_models import tiny_text_model_path
+    base = tiny_text_model_path()
+    config = Qwen2Config.from_pretrained(base, num_attention_heads=2, num_key_value_heads=1, initializer_range=initializer_range)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(where)
+    for part in (AutoTokenizer, GenerationConfig): part.from_pretrained(base).save_pretrained(where)
+    return where
+
+
+def run_text_pairs(folder: Path, steps: int, initializer_range: float, results: list) -> None:
+    "Text pairs of your own on a text model through vLLM: `train_pairs --use_vllm true` (its model, pairs and adapter left in `folder`'s parent for `run_text_pairs_evaluation`)."
+    import trl.generation.vllm_generation as vllm_generation
+    from consistency_amp.reward.verifiers import SYSTEM_PROMPT
+    from consistency_amp.training import train_pairs
+    cpu_engine_settings(vllm_generation)
+    model, data = text_model(folder.parent / "text-model", initializer_range), folder.parent / "text-pairs"
+    def ask(text): return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}]
+    rows = [dict(prompt=ask(f"Is {a} larger than {b}? Answer True or False."), prompt_augmented=ask(f"Is {b} larger than {a}? "
+                 "Answer True or False."), relation="opposite", answer_type="boolean", ground_truth=a > b, ground_truth_augmented=b > a)
+            for a, b in [(7, 3), (2, 9), (5, 4), (1, 8), (6, 2), (3, 5)]]
+    data.mkdir()
+    for split in ("train", "test"): (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    adapter = folder.parent / "text-pairs-vllm"
+    train_pairs.main(["--dataset_name", str(data), "--model_name_or_path", str(model), "--output_dir", str(adapter),
+                      "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_enable_sleep_mode", "false",
+                      "--vllm_max_model_length", "1024", "--max_steps", str(steps), "--num_generations", "4",
+                      "--max_completion_length", "16", "--disable_tqdm", "true"])
+    log = [json.loads(line) for line in (adapter / "train_log.jsonl").read_text().splitlines()] if (adapter / "train_log.jsonl").is_file() else []
+    report(results, "text pairs through vLLM: the pairs command on a text model", (adapter / "adapter_model.safetensors").is_file()
+           and len(log) >= steps, f"train_pairs --use_vllm true on {len(rows)} text pairs, a text model (no vision_config), K=4 x "
+           f"16 tokens, {steps} steps: {len(log)} log records, the adapter saved")
+
+
+def run_text_pairs_evaluation(folder: Path, results: list) -> None:
+    "`pair_evaluation --backend vllm` and `vllm-lora` against `transformers` on the text-pairs part's model, pairs and adapter (a process of its own, as a user's second command)."
+    from consistency_amp.evaluation import pair_evaluation
+    cpu_engine_settings()
+    model, data, adapter, got = folder.parent / "text-model", folder.parent / "text-pairs", folder.parent / "text-pairs-vllm", {}
+    for backend in ("vllm", "vllm-lora", "transformers"):
+        out = folder.parent / f"text-pairs-{backend}.json"
+        pair_evaluation.main(["--model_name_or_path", str(model), "--adapter", str(adapter), "--dataset_name", str(data),
+                              "--backend", backend, "--max_new_tokens", "16", "--output_file", str(out)])
+        got[backend] = [c for r in json.loads(out.read_text())["records"] for c in r["completions"]]
+    for backend, how in (("vllm", "folded into a copy of the weights"), ("vllm-lora", "served as a LoRARequest")):
+        same = [a.rstrip("\ufffd") == b.rstrip("\ufffd") for a, b in zip(got[backend], got["transformers"])]
+        report(results, f"text pairs evaluated with {backend} = with transformers", bool(same) and all(same) and len(set(got[backend])) > 1,
+               f"{sum(same)}/{len(same)} completions the same, {len(set(got[backend]))} distinct (both prompts of "
+               f"{len(same) // 2} test pairs; a text model, its adapter {how})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=3, help="training steps through vLLM")
@@ -380,6 +437,8 @@ def main() -> int:
         elif args.part == "entry": run_entry(args.folder, args.steps, results)
         elif args.part == "pairs-entry": run_pairs_entry(args.folder, args.steps, results)
         elif args.part == "pairs-evaluation": run_pairs_evaluation(args.folder, results)
+        elif args.part == "text-pairs": run_text_pairs(args.folder, args.steps, args.initializer_range, results)
+        elif args.part == "text-pairs-evaluation": run_text_pairs_evaluation(args.folder, results)
         else: run_entry_evaluation(args.folder, results)
         print("RESULTS " + json.dumps(results))
         return 0

@@ -22,7 +22,7 @@ from .held_out import VLLM_BACKENDS, check_backend, results_table
 from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.paired_sampler import pair_key
-from ..training.train_pairs import EXAMPLE_PAIRS, is_vision_language, load_pair_model, load_pairs
+from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
 from ..training.paired_sampler import PairedPromptDataset
 
 # %% auto #0
@@ -94,7 +94,7 @@ class PairEvalArguments:
     max_new_tokens: int = help_field(DEFAULT_MAX_NEW_TOKENS, "New tokens per answer.")
     batch_size: int = help_field(8, "Prompts answered together.")
     output_file: str | None = help_field(None, "Write the summary and the per-pair records here as JSON (an existing file is refused); None: print only.")
-    backend: str = help_field("transformers", "Who answers: transformers (generate, any machine); on GPUs, for a vision-language model, vllm "
+    backend: str = help_field("transformers", "Who answers: transformers (generate, any machine); on GPUs, vllm "
                                              "(the adapter folded into a copy of the weights) or vllm-lora (vLLM's LoRA kernels): pip install \"consistency_amp[vllm]\".")
     vllm_engine_args: str | None = help_field(None, "With a vllm backend: more vllm.LLM keywords, a JSON object, e.g. '{\"enforce_eager\": true}'.")
 
@@ -102,13 +102,10 @@ class PairEvalArguments:
 # %% ../../nbs/52_pair_evaluation.ipynb #cd80d26c
 def pair_answerer(model_args, adapter: str | None = None, backend: str = "transformers",
                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, vllm_engine_args: dict | None = None) -> tuple:
-    "(what answers, its processing class): the model with its frozen adapter (`load_pair_model`) for `generate`, or for a vllm backend vLLM's engine (`VLLMDecoder`: the adapter folded into a copy of the weights, or as LoRA), a vision-language model's only."
+    "(what answers, its processing class): the model with its frozen adapter (`load_pair_model`) for `generate`, or for a vllm backend vLLM's engine (`VLLMDecoder`: the adapter folded into a copy of the weights, or as LoRA), for a vision-language model or a text one."
     check_backend(backend, vllm_engine_args)
     if backend not in VLLM_BACKENDS: return load_pair_model(model_args, adapter, train=False)
     name = model_args.model_name_or_path
-    if not is_vision_language(name):   # the decoder renders images and starts the engine with an image per prompt
-        raise ValueError(f"backend={backend!r}: {name} is a text model, and the vLLM decoder serves vision-language models: "
-                         "answer with backend 'transformers'")
     from consistency_amp.evaluation.vllm_decoder import VLLMDecoder, require_vllm   # (imported late: vLLM is an optional GPU extra)
     try: require_vllm()
     except ImportError as e: raise ValueError(str(e)) from None

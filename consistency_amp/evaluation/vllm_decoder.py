@@ -14,7 +14,7 @@ import weakref
 from typing import Sequence
 
 from ..core import check_choice, check_int
-from .decoders import DEFAULT_MAX_NEW_TOKENS
+from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
 
 # %% auto #0
 __all__ = ['VLLM_EXTRA', 'ADAPTER_SERVING', 'ENGINE_START', 'ENGINE_MEDIA', 'SET_BY_DECODER', 'require_vllm', 'vllm_lora_ranks',
@@ -54,13 +54,16 @@ def _weights_bytes(model) -> int:   # what save_pretrained will write, near enou
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
 
 def merged_checkpoint(model, adapter, out_dir) -> Path:
-    "Save `model` with the LoRA `adapter` folded into its weights (W + alpha/r B A, peft's `merge_and_unload`) and its processor in `out_dir`: a plain checkpoint in the model's own dtype; ValueError naming `out_dir` where its disk lacks the room, before anything is written."
+    "Save `model` (a vision-language model or a text one) with the LoRA `adapter` folded into its weights (W + alpha/r B A, peft's `merge_and_unload`) and its processor or tokenizer in `out_dir`: a plain checkpoint in the model's own dtype; ValueError naming `out_dir` where its disk lacks the room, before anything is written."
     from transformers import AutoConfig
-    from consistency_amp.training.models import load_model, resolve_model_path
-    path, out_dir = resolve_model_path(model), Path(out_dir)
+    from consistency_amp.training.models import load_model
+    from consistency_amp.training.text_models import load_text_model, resolve_any_model_path
+    from consistency_amp.training.train_pairs import is_vision_language
+    path, out_dir = resolve_any_model_path(model), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtype = AutoConfig.from_pretrained(path).dtype or "float32"   # the checkpoint's own (bfloat16 for Qwen2.5-VL)
-    peft_model, processor = load_model(path, lora=False, adapter=adapter, dtype=dtype, device="cpu")
+    loader = load_model if is_vision_language(path) else load_text_model
+    peft_model, processor = loader(path, lora=False, adapter=adapter, dtype=dtype, device="cpu")
     merged = peft_model.merge_and_unload()
     needed, free = _weights_bytes(merged), shutil.disk_usage(out_dir).free
     if needed > free:
@@ -86,22 +89,27 @@ ENGINE_MEDIA = {"image": 1, "video": 0}
 SET_BY_DECODER = ("model", "limit_mm_per_prompt")   # engine keywords the decoder gives itself: not a caller's to set
 
 class VLLMDecoder:
-    "Greedy completions of prompt rows through a vLLM engine: the model's chat template and images, temperature 0, a LoRA adapter folded into a copy of the weights (`serve_adapter='merged'`) or sent as a `LoRARequest` (`'lora'`)."
+    "Greedy completions of prompt rows through a vLLM engine: the model's chat template and images (a text model: its tokenizer's template, no image), temperature 0, a LoRA adapter folded into a copy of the weights (`serve_adapter='merged'`) or sent as a `LoRARequest` (`'lora'`)."
     def __init__(self, model: str | os.PathLike, adapter=None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, processor=None,
                  serve_adapter: str = "merged", merge_dir=None, **engine_kwargs):
         check_int("max_new_tokens", max_new_tokens, 1)
         check_choice("serve_adapter", serve_adapter, ADAPTER_SERVING)
         vllm = require_vllm()
         spawn_engine_process()   # a forked LoRA engine stopped at its start on the GPU (above)
-        from consistency_amp.training.models import load_processor, resolve_model_path
-        path = resolve_model_path(model)
-        self.processor = processor if processor is not None else load_processor(path)
+        from consistency_amp.training.models import load_processor
+        from consistency_amp.training.text_models import resolve_any_model_path
+        from consistency_amp.training.train_pairs import is_vision_language
+        from transformers import AutoTokenizer
+        path = resolve_any_model_path(model)   # a model folder, or a Hub id
+        self.reads_images = is_vision_language(path)
+        if processor is None: processor = (load_processor if self.reads_images else AutoTokenizer.from_pretrained)(path)
+        self.processor, self.media = processor, dict(limit_mm_per_prompt=dict(ENGINE_MEDIA)) if self.reads_images else {}
         self.serve_adapter, self.lora_request = (serve_adapter if adapter is not None else None), None
         if self.serve_adapter == "merged": self._engine_from_merged(vllm, path, adapter, merge_dir, engine_kwargs)
         else:
             rank = json.loads((Path(adapter) / "adapter_config.json").read_text())["r"] if adapter is not None else None
             lora = dict(enable_lora=True, max_lora_rank=engine_lora_rank(rank, vllm_lora_ranks()), max_loras=1) if adapter is not None else {}
-            self.llm = vllm.LLM(model=os.fspath(path), limit_mm_per_prompt=dict(ENGINE_MEDIA), **lora | engine_kwargs)
+            self.llm = vllm.LLM(model=os.fspath(path), **self.media | lora | engine_kwargs)
             if adapter is not None:
                 from vllm.lora.request import LoRARequest
                 self.lora_request = LoRARequest("adapter", 1, os.fspath(Path(adapter).resolve()))
@@ -111,17 +119,21 @@ class VLLMDecoder:
         "Start the engine on a copy of the model with the adapter folded in: its weight files removed once loaded, the folder with the decoder (or at once if the start fails)."
         folder = Path(tempfile.mkdtemp(prefix="consistency_amp-merged-", dir=merge_dir))
         self._remove_copy = weakref.finalize(self, shutil.rmtree, folder, True)
-        try: self.llm = vllm.LLM(model=os.fspath(merged_checkpoint(path, adapter, folder)), limit_mm_per_prompt=dict(ENGINE_MEDIA), **engine_kwargs)
+        try: self.llm = vllm.LLM(model=os.fspath(merged_checkpoint(path, adapter, folder)), **self.media | engine_kwargs)
         except BaseException:
             self._remove_copy(); raise
         for weights in [*folder.glob("*.safetensors"), *folder.glob("*.safetensors.index.json")]: weights.unlink()
 
-    def prompt_text(self, messages: list[dict]) -> str:
-        "The chat-template text of one prompt, ending where the assistant's answer starts (as GreedyDecoder's)."
-        return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt_text = GreedyDecoder.prompt_text   # the chat-template text GreedyDecoder feeds generate (a plain string as it is)
+
+    def request(self, row: dict) -> dict:
+        "vLLM's request for one prompt row: its text, and its image where it has one; ValueError for an image to a text model."
+        if row.get("image") is None: return dict(prompt=self.prompt_text(row["prompt"]))
+        if not self.reads_images: raise ValueError("VLLMDecoder: a row with an image, for a text model (no vision_config)")
+        return dict(prompt=self.prompt_text(row["prompt"]), multi_modal_data={"image": row["image"]})
 
     def complete(self, rows: Sequence[dict]) -> list[str]:
         "The greedy completion of every row, in the rows' order."
-        requests = [dict(prompt=self.prompt_text(r["prompt"]), multi_modal_data={"image": r["image"]}) for r in rows]
+        requests = [self.request(r) for r in rows]
         outputs = self.llm.generate(requests, self.sampling, lora_request=self.lora_request, use_tqdm=False)
         return [o.outputs[0].text for o in outputs]

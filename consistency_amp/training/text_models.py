@@ -16,7 +16,7 @@ from .models import (LORA_ALPHA, LORA_DROPOUT, LORA_R, LORA_TARGET_NAMES, load_a
 from .tiny_models import TINY_TEXT_CONFIG, tiny_model_key, train_tiny_tokenizer
 
 # %% auto #0
-__all__ = ['TINY_TEXT_MODEL', 'build_tiny_qwen2', 'tiny_text_model_path', 'load_text_model']
+__all__ = ['TINY_TEXT_MODEL', 'build_tiny_qwen2', 'tiny_text_model_path', 'resolve_any_model_path', 'load_text_model']
 
 # %% ../../nbs/43_text_models.ipynb #2cf2beec
 TINY_TEXT_MODEL = "tiny-qwen2"        # random weights: a pipeline check of the text-only path
@@ -45,6 +45,11 @@ def tiny_text_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = No
     key = hashlib.sha256(json.dumps(dict(vlm=tiny_model_key(seed), builder=2)).encode()).hexdigest()[:16]   # builder: bump when it changes
     return build_once(root / f"{TINY_TEXT_MODEL}-{key}", lambda staging: build_tiny_qwen2(staging, seed=seed))
 
+def resolve_any_model_path(name_or_path: str | os.PathLike) -> str:
+    "`models.resolve_model_path`, and for `TINY_TEXT_MODEL` the tiny text model's folder (built here, never the Hub)."
+    return str(tiny_text_model_path()) if name_or_path == TINY_TEXT_MODEL else resolve_model_path(name_or_path)
+
+
 # %% ../../nbs/43_text_models.ipynb #3b5734fc
 def load_text_model(name_or_path: str | os.PathLike | None = None, *, lora: bool = True, lora_r: int = LORA_R,
                     lora_alpha: float = LORA_ALPHA, lora_dropout: float = LORA_DROPOUT,
@@ -53,8 +58,7 @@ def load_text_model(name_or_path: str | os.PathLike | None = None, *, lora: bool
     "A causal LM and its tokenizer (default, or `TINY_TEXT_MODEL`: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection, or the trained LoRA `adapter` (a folder `save_model` wrote; frozen unless `adapter_trainable`); `load_model`'s keywords, `model_kwargs` (e.g. `revision`, `attn_implementation`) to `from_pretrained`."
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    path = (tiny_text_model_path() if name_or_path in (None, TINY_TEXT_MODEL)   # the project's own name: built here, never the Hub
-            else resolve_model_path(name_or_path))                              # a folder that is not there: named
+    path = resolve_any_model_path(TINY_TEXT_MODEL if name_or_path is None else name_or_path)   # a folder that is not there: named
     device = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device_map={"": device}, **model_kwargs)
     if adapter is not None: model = load_adapter(model, adapter, is_trainable=adapter_trainable)   # checked first, as load_model's
