@@ -3,7 +3,7 @@
     bash tools/vllm_cpu_venv.sh        # once: vLLM 0.26.0's CPU build beside the GPU machines' torch (6 GB)
     OMP_NUM_THREADS=2 PYTHONPATH=$PWD .venv-vllm-cpu/bin/python benchmarks/vllm_cpu_check.py   # about 8 minutes
 
-The notebooks test the vLLM wiring through stand-ins (`nbs/29_vllm_generation.ipynb`), and the lent GPU machines have
+The notebooks test the vLLM wiring through stand-ins (`nbs/30_vllm_generation.ipynb`), and the lent GPU machines have
 no vLLM (it travels there in parts: `benchmarks/vllm_device_check.sh`). vLLM's CPU build runs the real engine here:
 the same release as the GPU check, its scheduler, its Qwen2.5-VL model with its own image processing, TRL's weight
 sync into it and vLLM's LoRA serving. The model is a random one of the tiny architecture with 2 attention heads of 32
@@ -65,7 +65,7 @@ def report(results: list, name: str, passed: bool, detail: str) -> None:
 
 
 def training_examples(where: Path, n_images: int = 8):
-    "Depth and orientation examples of a small synthetic SUN RGB-D world made in a new folder under `where` (as in nbs/29_vllm_generation.ipynb)."
+    "Depth and orientation examples of a small synthetic SUN RGB-D world made in a new folder under `where` (as in nbs/30_vllm_generation.ipynb)."
     from consistency_amp.world.synthetic import make_synthetic_world
     from consistency_amp.world.task_splits import build_examples, load_sources
     root = make_synthetic_world(Path(tempfile.mkdtemp(dir=where)) / "world", n_images_per_split={"train": n_images},

@@ -112,7 +112,7 @@ evaluate _lora "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_exam
 # allocation (vllm/v1/worker/gpu/buffer_utils.py, UvaBuffer: the V2 model runner's request state, max_num_seqs 1024 x
 # max_model_len 128000 int32s) 110 s after it started, before any weight loaded, with enforce_eager (no graphs to
 # capture: the first lead of session 43 is ruled out). Since then VLLMDecoder has vLLM spawn its engine
-# (spawn_engine_process, nb 49), so the evaluation above starts spawned. Should it still stop, two retries, each in
+# (spawn_engine_process, nb 50), so the evaluation above starts spawned. Should it still stop, two retries, each in
 # its own run folder (the stopped one may hold the first's lock):
 # 1. a short max_model_len: the pinned buffer 31 times smaller (4,096 tokens hold a prompt of at most 544 and 512 new);
 # 2. the V1 runner: on a GPU vLLM 0.26 runs Qwen2.5-VL on its "Model Runner V2" (vllm/config/vllm.py,

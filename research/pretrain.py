@@ -1,4 +1,4 @@
-"""Prototype: pretrain a tiny spatial Qwen2.5-VL base (issue 8). To be moved into nbs/40_pretraining.ipynb."""
+"""Prototype: pretrain a tiny spatial Qwen2.5-VL base (issue 8). To be moved into nbs/41_pretraining.ipynb."""
 import json, math, os, sys, time
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path

@@ -8,7 +8,7 @@ its greedy completions of 8 prompts (x and x' of 4 synthetic pairs) compared.
 
 Decision (2026-11-26, session 26; `results/vllm_video_limit_probe_2026-11-26.txt`): the same completions token for
 token and the same start-up time on the CPU, and the log profiles 256 images instead of 36 videos, so `VLLMDecoder`
-allows no video (`ENGINE_MEDIA`, nbs/49_vllm_decoder.ipynb). What it saves on a GPU at 3B or 7B was not measured.
+allows no video (`ENGINE_MEDIA`, nbs/50_vllm_decoder.ipynb). What it saves on a GPU at 3B or 7B was not measured.
 """
 import json
 import os

@@ -1,4 +1,4 @@
-"""The training command line, TRL's way (nbs/38_train_cli.ipynb), end to end in a fresh interpreter.
+"""The training command line, TRL's way (nbs/39_train_cli.ipynb), end to end in a fresh interpreter.
 
 * A `trl.ModelConfig` flag reaches the model: `--lora_r 8 --lora_alpha 16` trains an adapter of rank 8, and the run
   records them in params.json as `model_args`; an OTGRPOConfig flag is recorded as `trainer_args`.

@@ -2,7 +2,7 @@
 
 * The notebook runs end to end with tiny parameters from a working directory outside the repository, into a
   temporary runs folder (nothing is written into the repository; the executed notebook goes to the temporary folder):
-  the run folder is complete per the run contract in nbs/32_runs.ipynb.
+  the run folder is complete per the run contract in nbs/33_runs.ipynb.
 * Running it again with the same name fails without `overwrite`, naming the folder and both options; the run is
   untouched.
 * Invalid parameters fail in the validation cell, before any model is loaded, with the valid choices in the message,

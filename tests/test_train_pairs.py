@@ -1,6 +1,6 @@
 """`python -m consistency_amp.training.train_pairs` through the real command line, where a notebook cannot go: a
 signal stops it after the step with a checkpoint and the line that resumes it, the resumed run finishes with no step
-logged twice, and `torchrun` runs it in two processes (nbs/45_train_pairs.ipynb has the rest)."""
+logged twice, and `torchrun` runs it in two processes (nbs/46_train_pairs.ipynb has the rest)."""
 import json
 import os
 import shutil

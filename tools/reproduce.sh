@@ -7,13 +7,13 @@
 #   SCALE=paper bash tools/reproduce.sh     # prints the cluster command lines of the missing paper-scale runs,
 #                                           # then draws whatever runs exist (set OMNI3D_ROOT to your data root)
 #
-# * The miniature experiment (python -m consistency_amp.science.experiment; nbs/72_experiment.ipynb): spatial-base-large
+# * The miniature experiment (python -m consistency_amp.science.experiment; nbs/73_experiment.ipynb): spatial-base-large
 #   trained with the accuracy reward and with the label-free consistency reward (the marker swap on every pair) and its
 #   blind control, 3 seeds each, evaluated greedily on 300 held-out examples per task and on the sampled answers
 #   (8 at T = 1) of 100 per task (--full: also the consistency reward with the paper's own transformation set and its
 #   blind control, the pairing ablation, label noise, the no-ability control and the per-task runs of Figures 2-4 from
-#   both spatial bases, with consistency with the marker swap per task from the large one, nbs/68_experiment_figures.ipynb,
-#   and the per-task ablations, Figures 8 and 6 on depth and size, nbs/67_ablations.ipynb; about 5 h 50 min, as the README says);
+#   both spatial bases, with consistency with the marker swap per task from the large one, nbs/69_experiment_figures.ipynb,
+#   and the per-task ablations, Figures 8 and 6 on depth and size, nbs/68_ablations.ipynb; about 5 h 50 min, as the README says);
 #   writes figures/science.{md,csv}, figures/science_{accuracy,monitor,claims,sampled}.{png,pdf} and, with --full,
 #   figures/science_fig{2_same_task,3_cross_task,4_cross_domain,8_pairing_per_task,6_label_noise_per_task}.{png,pdf,csv}
 #   and figures/science_per_task.csv (the per-task gain ratios); a report that lacks a result the stored one holds (the
