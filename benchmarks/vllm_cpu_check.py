@@ -29,8 +29,9 @@ Each part runs in a process of its own and prints PASS or FAIL for each check; t
 * entry, entry-evaluation: the user's commands. `python -m consistency_amp.training.train --config
   configs/train/paper_vllm.yaml`, shrunk to the CPU (2 pairs x K = 4, 16 tokens, no sleep mode), trains and saves a
   run; `python -m consistency_amp.evaluation.evaluate --run ... --backend vllm` (its adapter folded in) and `--backend
-  vllm-lora` (as a `LoRARequest`, also with `--vllm_engine_args '{"enforce_eager": true}'`) evaluate it with the same
-  answers as `--backend transformers`.
+  vllm-lora` (as a `LoRARequest`, also with `--vllm_engine_args '{"enforce_eager": true}'` and `--batch_size 3`)
+  evaluate it with the same answers as `--backend transformers`; the vllm backends in calls of the engine's
+  `max_num_seqs` (since session 47), or of `--batch_size` where it is given.
 * pairs-entry: pairs of your own through vLLM: `python -m consistency_amp.training.train_pairs --use_vllm true` on the
   shipped example pairs (`examples/square_pairs/`, images flipped), shrunk to the CPU, trains and saves its adapter;
   pairs-evaluation: `python -m consistency_amp.evaluation.pair_evaluation --backend vllm` and `vllm-lora` answer the
@@ -316,7 +317,8 @@ def run_entry_evaluation(folder: Path, results: list) -> None:
     # the LoRA engine once more as the GPU check's first fallback starts it (vllm_device_check.sh): no CUDA graphs,
     # through the command's --vllm_engine_args (on the CPU vLLM captures none anyway: this checks the keyword's path)
     for name, backend, extra in (("vllm", "vllm", []), ("vllm-lora", "vllm-lora", []), ("transformers", "transformers", []),
-                                 ("vllm-lora-eager", "vllm-lora", ["--vllm_engine_args", '{"enforce_eager": true}'])):
+                                 ("vllm-lora-eager", "vllm-lora", ["--vllm_engine_args", '{"enforce_eager": true}',
+                                                                    "--batch_size", "3"])):   # and in calls of 3 prompts
         written = evaluate.main(["--run", str(entry_run(folder)), "--backend", backend, "--tasks", "depth", "--sources",
                                  "SUNRGBD", "--max_examples", "8", "--consistency_samples", "0", "--max_new_tokens",
                                  "16", "--examples", "--eval_name", name, *extra])
@@ -331,6 +333,11 @@ def run_entry_evaluation(folder: Path, results: list) -> None:
         report(results, f"the run evaluated with {backend} = with transformers", bool(same) and all(same),
                f"{sum(same)}/{len(same)} answers the same (the run's adapter {how}; {dangling} of them differ by a "
                f"trailing U+FFFD only, transformers' decoding of a character cut off at 16 tokens)")
+    # the prompts per call the results record: the engine's max_num_seqs unless --batch_size is given (vLLM's CPU
+    # default for its LLM class is 256 per CPU process), generate's 16
+    batches = {name: got[name]["decoding"]["batch_size"] for name in got}
+    report(results, "the vllm backends answer in calls of the engine's max_num_seqs, unless --batch_size says otherwise",
+           batches == {"vllm": 256, "vllm-lora": 256, "transformers": 16, "vllm-lora-eager": 3}, f"prompts per call: {batches}")
 
 
 def run_pairs_entry(folder: Path, steps: int, results: list) -> None:

@@ -97,8 +97,9 @@ evaluate() {   # evaluate LABEL LIMIT ARGS...: one evaluation through vLLM, its 
 # a run's evaluation as users run it: the adapter folded into a copy of the 7B's weights, then a plain engine; 161
 # questions of the six tasks for item 5's time per 1,000 questions (random weights never end an answer, so each runs
 # to the 512 new tokens: an upper bound of a trained model's time); the folding's own time is in the log's load_s
-# EVAL_ARGS: further evaluate options for this one, e.g. EVAL_ARGS="--batch_size 64 --run_name wide" (the answering
-# time per 1,000 questions against the default 16 prompts a call: vLLM batches a call itself)
+# EVAL_ARGS: further evaluate options for this one, e.g. EVAL_ARGS="--batch_size 16 --run_name random-3B-narrow" (the
+# answering time per 1,000 questions in calls of 16 prompts, against the default since session 47: the engine's
+# max_num_seqs per call, 1,024 on an H100 or H200, each (task, source) then in one call)
 [[ " $EVALS " == *" merged "* ]] && evaluate _merged "$EVAL_TIMEOUT" --backend vllm --max_examples 30 ${EVAL_ARGS:-}
 if [[ " $EVALS " == *" lora_eager "* ]]; then
   evaluate _lora_eager "$LORA_EVAL_TIMEOUT" --backend vllm-lora --tasks depth --max_examples 50 \

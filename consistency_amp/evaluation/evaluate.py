@@ -51,7 +51,10 @@ class EvalArguments:
     sources: str = help_field(",".join(EVAL_SOURCES), "Test sources joined by commas: SUNRGBD and/or KITTI.")
     data_root: str | None = help_field(None, "Omni3D data root (relative: from the repository root); empty: the run's own (for a model: the built-in synthetic world).")
     max_examples: int | None = help_field(None, "The first examples of each (task, source) test split; empty: all of them.")
-    batch_size: int = help_field(DEFAULT_BATCH_SIZE, "Prompts per generate call.")
+    batch_size: int | None = help_field(None, f"Prompts per call to the decoder; empty: {DEFAULT_BATCH_SIZE} for transformers' generate, and for the "
+                                              "vllm backends what the engine schedules at once (its max_num_seqs: vLLM's default is 1024 on an "
+                                              "H100 or H200, 256 on smaller GPUs; --vllm_engine_args can set it). vLLM processes a call's images "
+                                              "before it decodes: about 11 MB each at Qwen2.5-VL's pixel budget, so lower it on a host short of memory.")
     consistency_samples: int = help_field(1, "Sampled transformations per example for self-consistency (0: skip it).")
     max_new_tokens: int | None = help_field(None, f"New tokens per answer; empty: {DEFAULT_MAX_NEW_TOKENS}, or 16 for the tiny model.")
     eval_name: str | None = help_field(None, "The results file runs/<run>/eval/<eval_name>.json; empty: test, or test-first<max_examples>.")
@@ -86,7 +89,7 @@ class EvalArguments:
 # %% ../../nbs/55_evaluate.ipynb #5f3bd197
 def check_eval_arguments(self: EvalArguments) -> None:
     "Reads empty strings as None and the switches' spellings as bools (`read_bool`: papermill passes `-p overwrite false` as a string), refuses a run given with a model, an adapter or a run name, a missing adapter or data root, and checks the evaluation parameters (`self.params`), the eval name and the backend (vLLM installed, for the vllm one)."
-    for f in ("run", "adapter", "run_name", "data_root", "eval_name", "runs_dir", "max_new_tokens"):
+    for f in ("run", "adapter", "run_name", "data_root", "eval_name", "runs_dir", "max_new_tokens", "batch_size"):
         setattr(self, f, _optional(getattr(self, f)))
     for f in ("overwrite", "examples"): setattr(self, f, read_bool(f, getattr(self, f)))
     if isinstance(self.max_examples, str) and self.max_examples.strip().lower() in ("", "none", "all"): self.max_examples = None
@@ -120,11 +123,16 @@ def evaluate_from(args: EvalArguments, progress: bool = True) -> Path:
     return evaluate_model(args.model, args.eval_name, adapter=args.adapter, run_name=args.run_name, **common)
 
 # %% ../../nbs/55_evaluate.ipynb #e66ec170
+def _shown(param: str, value) -> str:
+    "A parameter's value as `describe` prints it: an empty batch_size says whose it is."
+    if param == "batch_size" and value is None: return f"the decoder's ({DEFAULT_BATCH_SIZE} for generate; a vLLM engine's max_num_seqs)"
+    return str(value)
+
 def describe(args: EvalArguments) -> str:
     "What `args` will evaluate, in a few lines."
     target = f" (run {args.run})" if args.run else f" -> run {args.run_name or model_run_name(args.model, args.adapter)}"
     return (f"model: {args.evaluated_model}{target}\nruns: {resolve_runs_dir(args.runs_dir)}\nevaluation: {args.eval_name}\n"
-            + "\n".join(f"  {k}: {v}" for k, v in args.params.items())
+            + "\n".join(f"  {k}: {_shown(k, v)}" for k, v in args.params.items())
             + (f"\n  vllm engine: {json.dumps(args.vllm_engine_args)}" if args.vllm_engine_args else ""))
 
 # %% ../../nbs/55_evaluate.ipynb #103a697b

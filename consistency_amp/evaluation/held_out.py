@@ -31,13 +31,13 @@ from ..reward.verifiers import accuracy, consistency, format_reward, parse_answe
 # %% auto #0
 __all__ = ['EVAL_SOURCES', 'DEFAULT_BATCH_SIZE', 'VLLM_BACKENDS', 'BACKENDS', 'TASK_GROUPS', 'ANSWER_SETTINGS', 'resolve_tasks',
            'base_model_sizes', 'resolve_data_root', 'check_test_split', 'held_out_examples', 'transform_rng',
-           'answer_type_of', 'example_rows', 'process_group', 'answer_examples', 'summarize', 'results_table',
-           'check_eval_params', 'check_backend', 'code_digest', 'answers_key', 'stored_answers', 'weights_digest',
-           'evaluate', 'answering_time']
+           'answer_type_of', 'example_rows', 'process_group', 'prompts_per_call', 'answer_examples', 'summarize',
+           'results_table', 'check_eval_params', 'check_backend', 'code_digest', 'answers_key', 'stored_answers',
+           'weights_digest', 'evaluate', 'answering_time']
 
 # %% ../../nbs/51_held_out.ipynb #8ffb745c
 EVAL_SOURCES = ("SUNRGBD", "KITTI")   # every model is evaluated on both; KITTI is never trained on (Section 5.1)
-DEFAULT_BATCH_SIZE = 16               # prompts per `generate` call
+DEFAULT_BATCH_SIZE = 16               # prompts per `generate` call; a vLLM engine takes its own (`prompts_per_call`)
 # who decodes: `generate` (GreedyDecoder, nbs/48_decoders.ipynb), or vLLM on GPUs (nbs/50_vllm_decoder.ipynb), each vLLM
 # backend running a LoRA adapter its own way (`VLLMDecoder`'s serve_adapter): folded into the weights, or as LoRA
 VLLM_BACKENDS = {"vllm": "merged", "vllm-lora": "lora"}
@@ -164,14 +164,20 @@ def _batches(items: Iterable, size: int) -> Iterator[list]:
     it = iter(items)
     while batch := list(islice(it, size)): yield batch
 
+# %% ../../nbs/51_held_out.ipynb #d01c025e
+def prompts_per_call(completer, batch_size: int | None = None) -> int:
+    "How many prompts `completer.complete` is given at once: `batch_size` if given; else the completer's own `batch_size` (`VLLMDecoder`'s: what its engine schedules together), else DEFAULT_BATCH_SIZE."
+    if batch_size is None: batch_size = getattr(completer, "batch_size", None) or DEFAULT_BATCH_SIZE
+    return int(check_int("batch_size", batch_size, 1))
+
 # %% ../../nbs/51_held_out.ipynb #3e6b8a8f
 def answer_examples(examples: Sequence[Example], completer, *, consistency_samples: int = 1, seed: int = 0,
-                    batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, desc: str | None = None,
+                    batch_size: int | None = None, progress: bool = True, desc: str | None = None,
                     shard: tuple[int, int] = (0, 1)) -> list[dict]:
-    "One record per example: the completions and parsed answers of x and of each x', then their scores against the ground truth. `shard` (rank, world): this process answers every world-th batch; the answers are gathered."
-    check_int("batch_size", batch_size, 1)
+    "One record per example: the completions and parsed answers of x and of each x', then their scores against the ground truth; the completer is given `prompts_per_call(completer, batch_size)` rows at a time. `shard` (rank, world): this process answers every world-th batch; the answers are gathered."
     check_int("consistency_samples", consistency_samples, 0)
     if not callable(getattr(completer, "complete", None)): raise ValueError("completer needs a `complete(rows)` method")
+    batch_size = prompts_per_call(completer, batch_size)
     records = [dict(uid=e.uid, task=e.task, source=e.source, answer_type=answer_type_of(e.task), draws=[]) for e in examples]
     rows = (dict(row, index=i) for i, e in enumerate(examples) for row in example_rows(e, consistency_samples, seed))
     rank, world = shard
@@ -226,14 +232,16 @@ def results_table(rows: Sequence[dict]) -> str:
                      for line in lines)
 
 # %% ../../nbs/51_held_out.ipynb #07fe6b51
-def check_eval_params(tasks=TASKS, sources=EVAL_SOURCES, max_examples=None, batch_size=DEFAULT_BATCH_SIZE,
+def check_eval_params(tasks=TASKS, sources=EVAL_SOURCES, max_examples=None, batch_size=None,
                       consistency_samples=1, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, seed=0) -> dict:
-    "The evaluation parameters, checked and normalised (task groups resolved, tuples)."
-    for name, value, low in (("batch_size", batch_size, 1), ("consistency_samples", consistency_samples, 0),
+    "The evaluation parameters, checked and normalised (task groups resolved, tuples; `batch_size` None: the completer's, `prompts_per_call`)."
+    for name, value, low in (("consistency_samples", consistency_samples, 0),
                              ("max_new_tokens", max_new_tokens, 1), ("seed", seed, 0)): check_int(name, value, low)
     check_int("max_examples", max_examples, 1, allow_none=True)
+    check_int("batch_size", batch_size, 1, allow_none=True)
     return dict(tasks=resolve_tasks(tasks), sources=check_choices("sources", sources, EVAL_SOURCES),
-                max_examples=max_examples, batch_size=int(batch_size), consistency_samples=int(consistency_samples),
+                max_examples=max_examples, batch_size=None if batch_size is None else int(batch_size),
+                consistency_samples=int(consistency_samples),
                 max_new_tokens=int(max_new_tokens), seed=int(seed))
 
 # %% ../../nbs/51_held_out.ipynb #ae5c7c04
@@ -329,7 +337,7 @@ def _check_some_questions(examples: dict, data_root) -> None:
 
 # %% ../../nbs/51_held_out.ipynb #70435fb9
 def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks=TASKS, sources=EVAL_SOURCES,
-             data_root=None, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+             data_root=None, max_examples: int | None = None, batch_size: int | None = None,
              consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
              device=None, progress: bool = True, return_records: bool = False, backend: str = "transformers",
              partial_dir=None, vllm_engine_args: dict | None = None):
@@ -340,6 +348,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
     _check_some_questions(examples, data_root)           # before the model loads, and before a results file is written
     completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device, vllm_engine_args)
+    p["batch_size"] = prompts_per_call(completer, p["batch_size"])   # recorded, and part of the answers' key, as used
     loaded = time.perf_counter()   # the test data read and the model loaded (or vLLM's engine started)
     records, results, shard, reused, replaced = [], [], process_group(), [], []
     settings = dict(model=_model_name(model_or_name), adapter=None if adapter is None else os.fspath(adapter), backend=backend,

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..core import DEFAULT_MODEL, check_int, help_field, read_json_object
+from ..core import DEFAULT_MODEL, help_field, read_json_object
 from ..files import write_atomically
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
-from .held_out import VLLM_BACKENDS, check_backend, results_table
+from .held_out import DEFAULT_BATCH_SIZE, VLLM_BACKENDS, check_backend, prompts_per_call, results_table
 from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.paired_sampler import pair_key
@@ -35,9 +35,9 @@ def _prompt_row(row: dict) -> dict:
     from trl.data_utils import prepare_multimodal_messages
     return dict(row, prompt=prepare_multimodal_messages(row["prompt"], images=[row["image"]]))
 
-def answer_pairs(completer, pairs, batch_size: int = 8, progress: bool = False) -> list[dict]:
-    "One record per pair of the paired dataset `pairs`: both completions, parsed answers, labels and scores; `completer.complete(rows)` answers."
-    check_int("batch_size", batch_size, 1)
+def answer_pairs(completer, pairs, batch_size: int | None = None, progress: bool = False) -> list[dict]:
+    "One record per pair of the paired dataset `pairs`: both completions, parsed answers, labels and scores; `completer.complete(rows)` answers, `prompts_per_call(completer, batch_size)` rows at a time (a vLLM engine: what it schedules at once)."
+    batch_size = prompts_per_call(completer, batch_size)
     data = PairedPromptDataset(pairs)                    # label-free rows: the completer never sees a label
     keys = [pair_key(i, side, 0, len(data)) for i in range(len(data)) for side in (0, 1)]
     texts = []
@@ -70,7 +70,7 @@ def summarize_pairs(records: list[dict]) -> list[dict]:
                  self_consistency=mean([r["consistency"] for r in rs])) for (task, source), rs in groups.items()]
 
 # %% ../../nbs/53_pair_evaluation.ipynb #026ba22b
-def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 8,
+def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int | None = None,
                    verbose: bool = True) -> tuple[list[dict], list[dict]]:
     "Greedy answers of `model` (or of a completer with a `complete(rows)`, such as `VLLMDecoder`) to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed, with a progress bar while it answers."
     check_paired_dataset(pairs)                          # a list, a DataFrame or a bad row: named before any answer
@@ -92,7 +92,8 @@ class PairEvalArguments:
     split: str = help_field("test", "The split answered: keep it apart from the pairs trained on.")
     adapter: str | None = help_field(None, "A trained LoRA adapter (train_pairs' output_dir), frozen; None: the base model alone.")
     max_new_tokens: int = help_field(DEFAULT_MAX_NEW_TOKENS, "New tokens per answer.")
-    batch_size: int = help_field(8, "Prompts answered together.")
+    batch_size: int | None = help_field(None, f"Prompts answered together; empty: {DEFAULT_BATCH_SIZE} with transformers, and with a vllm "
+                                              "backend what the engine schedules at once (its max_num_seqs).")
     output_file: str | None = help_field(None, "Write the summary and the per-pair records here as JSON (an existing file is refused); None: print only.")
     backend: str = help_field("transformers", "Who answers: transformers (generate, any machine); on GPUs, vllm "
                                              "(the adapter folded into a copy of the weights) or vllm-lora (vLLM's LoRA kernels): pip install \"consistency_amp[vllm]\".")

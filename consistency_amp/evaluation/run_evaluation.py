@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..core import DEFAULT_MODEL, check_int
 from .decoders import DEFAULT_MAX_NEW_TOKENS
-from .held_out import (DEFAULT_BATCH_SIZE, EVAL_SOURCES, _barrier, _check_adapter,
+from .held_out import (EVAL_SOURCES, _barrier, _check_adapter,
                                                     answering_time, base_model_sizes, check_eval_params, evaluate,
                                                     process_group, results_table)
 from ..training.model_card import write_model_card
@@ -129,7 +129,7 @@ def evaluating(run_dir, eval_name: str):
 
 # %% ../../nbs/54_run_evaluation.ipynb #1d0beaec
 def evaluate_run(run, eval_name: str | None = None, *, runs_dir=None, overwrite: bool = False, data_root=None,
-                 tasks=TASKS, sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+                 tasks=TASKS, sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int | None = None,
                  consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
                  device=None, progress: bool = True, examples: bool = False, backend: str = "transformers",
                  vllm_engine_args: dict | None = None) -> Path:
@@ -185,7 +185,7 @@ def model_run_name(model, adapter=None, kind: str | None = None) -> str:
 # %% ../../nbs/54_run_evaluation.ipynb #22bad3b9
 def evaluate_model(model=DEFAULT_MODEL, eval_name: str | None = None, *, adapter=None, run_name: str | None = None,
                    kind: str | None = None, runs_dir=None, overwrite: bool = False, data_root=None, tasks=TASKS,
-                   sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+                   sources=EVAL_SOURCES, max_examples: int | None = None, batch_size: int | None = None,
                    consistency_samples: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
                    device=None, progress: bool = True, examples: bool = False, backend: str = "transformers",
                    vllm_engine_args: dict | None = None) -> Path:

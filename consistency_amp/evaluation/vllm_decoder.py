@@ -114,6 +114,9 @@ class VLLMDecoder:
                 from vllm.lora.request import LoRARequest
                 self.lora_request = LoRARequest("adapter", 1, os.fspath(Path(adapter).resolve()))
         self.sampling = vllm.SamplingParams(temperature=0.0, max_tokens=max_new_tokens)   # greedy, as GreedyDecoder
+        # the prompts the engine schedules at once (`max_num_seqs`; vLLM's default: 1,024 on an H100 or H200, 256 on
+        # smaller GPUs and the CPU): the evaluation gives it that many per call (`held_out.prompts_per_call`)
+        self.batch_size = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
 
     def _engine_from_merged(self, vllm, path, adapter, merge_dir, engine_kwargs):
         "Start the engine on a copy of the model with the adapter folded in: its weight files removed once loaded, the folder with the decoder (or at once if the start fails)."
