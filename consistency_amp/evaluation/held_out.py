@@ -271,8 +271,9 @@ def check_backend(backend: str, vllm_engine_args: dict | None = None) -> None:
         raise ValueError(f"vllm_engine_args {taken}: the decoder sets {', '.join(SET_BY_DECODER)} itself (the model is "
                          "the model evaluated); leave them out")
 
-def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device, vllm_engine_args: dict | None = None):
-    "What answers the prompts: a given completer, vLLM's engine for a model name (`vllm_engine_args`: more `vllm.LLM` keywords), or `GreedyDecoder` on the model."
+def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: int, device, vllm_engine_args: dict | None = None,
+               progress: bool = False):
+    "What answers the prompts: a given completer, vLLM's engine for a model name (`vllm_engine_args`: more `vllm.LLM` keywords; `progress`: vLLM's bar in each call), or `GreedyDecoder` on the model."
     check_backend(backend, vllm_engine_args)
     if callable(getattr(model_or_name, "complete", None)):
         if adapter is not None: raise ValueError("adapter= applies to a model, not to a completer")
@@ -284,7 +285,7 @@ def _completer(model_or_name, processor, adapter, backend: str, max_new_tokens: 
                              "launch it with python, not torchrun or accelerate launch")
         from consistency_amp.evaluation.vllm_decoder import VLLMDecoder   # (imported late: vLLM is an optional GPU extra)
         return VLLMDecoder(model_or_name, adapter=adapter, max_new_tokens=max_new_tokens, serve_adapter=VLLM_BACKENDS[backend],
-                           **(vllm_engine_args or {}))
+                           progress=progress, **(vllm_engine_args or {}))
     if isinstance(model_or_name, (str, os.PathLike)):
         model, processor = _load_model(model_or_name, lora=False, adapter=adapter, device=device)
     elif processor is None: raise ValueError("a loaded model needs its processor: evaluate(model, processor, ...)")
@@ -347,7 +348,7 @@ def evaluate(model_or_name=DEFAULT_MODEL, processor=None, *, adapter=None, tasks
     start = time.perf_counter()
     examples = held_out_examples(data_root, p["tasks"], p["sources"], p["max_examples"])
     _check_some_questions(examples, data_root)           # before the model loads, and before a results file is written
-    completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device, vllm_engine_args)
+    completer = _completer(model_or_name, processor, adapter, backend, p["max_new_tokens"], device, vllm_engine_args, progress)
     p["batch_size"] = prompts_per_call(completer, p["batch_size"])   # recorded, and part of the answers' key, as used
     loaded = time.perf_counter()   # the test data read and the model loaded (or vLLM's engine started)
     records, results, shard, reused, replaced = [], [], process_group(), [], []

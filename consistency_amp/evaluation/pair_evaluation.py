@@ -102,7 +102,7 @@ class PairEvalArguments:
 
 # %% ../../nbs/53_pair_evaluation.ipynb #cd80d26c
 def pair_answerer(model_args, adapter: str | None = None, backend: str = "transformers",
-                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, vllm_engine_args: dict | None = None) -> tuple:
+                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, vllm_engine_args: dict | None = None, progress: bool = False) -> tuple:
     "(what answers, its processing class): the model with its frozen adapter (`load_pair_model`) for `generate`, or for a vllm backend vLLM's engine (`VLLMDecoder`: the adapter folded into a copy of the weights, or as LoRA), for a vision-language model or a text one."
     check_backend(backend, vllm_engine_args)
     if backend not in VLLM_BACKENDS: return load_pair_model(model_args, adapter, train=False)
@@ -111,7 +111,7 @@ def pair_answerer(model_args, adapter: str | None = None, backend: str = "transf
     try: require_vllm()
     except ImportError as e: raise ValueError(str(e)) from None
     decoder = VLLMDecoder(name, adapter=adapter, max_new_tokens=max_new_tokens, serve_adapter=VLLM_BACKENDS[backend],
-                          **(vllm_engine_args or {}))
+                          progress=progress, **(vllm_engine_args or {}))   # progress: vLLM's bar in each call
     return decoder, decoder.processor
 
 # %% ../../nbs/53_pair_evaluation.ipynb #ee06050d
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         check_backend(args.backend, engine_args)   # before the pairs load
         data = load_pairs(args.dataset_name, args.dataset_config)
         if args.split not in data: raise ValueError(f"--split {args.split!r}: the dataset has no such split; it has {', '.join(sorted(data))}")
-        model, processing_class = pair_answerer(model_args, args.adapter, args.backend, args.max_new_tokens, engine_args)
+        model, processing_class = pair_answerer(model_args, args.adapter, args.backend, args.max_new_tokens, engine_args, progress=True)
         summary, records = evaluate_pairs(model, processing_class, data[args.split], args.max_new_tokens, args.batch_size)
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")
     if args.output_file:

@@ -91,7 +91,7 @@ SET_BY_DECODER = ("model", "limit_mm_per_prompt")   # engine keywords the decode
 class VLLMDecoder:
     "Greedy completions of prompt rows through a vLLM engine: the model's chat template and images (a text model: its tokenizer's template, no image), temperature 0, a LoRA adapter folded into a copy of the weights (`serve_adapter='merged'`) or sent as a `LoRARequest` (`'lora'`)."
     def __init__(self, model: str | os.PathLike, adapter=None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, processor=None,
-                 serve_adapter: str = "merged", merge_dir=None, **engine_kwargs):
+                 serve_adapter: str = "merged", merge_dir=None, progress: bool = False, **engine_kwargs):
         check_int("max_new_tokens", max_new_tokens, 1)
         check_choice("serve_adapter", serve_adapter, ADAPTER_SERVING)
         vllm = require_vllm()
@@ -117,6 +117,7 @@ class VLLMDecoder:
         # the prompts the engine schedules at once (`max_num_seqs`; vLLM's default: 1,024 on an H100 or H200, 256 on
         # smaller GPUs and the CPU): the evaluation gives it that many per call (`held_out.prompts_per_call`)
         self.batch_size = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+        self.progress = progress   # vLLM's own bar in each call (a call of up to batch_size prompts can take minutes)
 
     def _engine_from_merged(self, vllm, path, adapter, merge_dir, engine_kwargs):
         "Start the engine on a copy of the model with the adapter folded in: its weight files removed once loaded, the folder with the decoder (or at once if the start fails)."
@@ -138,5 +139,5 @@ class VLLMDecoder:
     def complete(self, rows: Sequence[dict]) -> list[str]:
         "The greedy completion of every row, in the rows' order."
         requests = [self.request(r) for r in rows]
-        outputs = self.llm.generate(requests, self.sampling, lora_request=self.lora_request, use_tqdm=False)
+        outputs = self.llm.generate(requests, self.sampling, lora_request=self.lora_request, use_tqdm=self.progress)
         return [o.outputs[0].text for o in outputs]
