@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from ..core import check_choice
+from ..evaluation.held_out import BACKENDS
 from ..files import repo_root
 from .manifest import accumulation_steps, DATA_ROOT_PLACEHOLDER, Manifest, manifest
 from .status import _records, LAUNCHABLE, manifest_status, spec_status
@@ -106,11 +107,14 @@ def _eval_flags(spec: dict, need: dict, runs_dir) -> list[tuple[str, object]]:
                       ("runs_dir", None if runs_dir is None else os.fspath(runs_dir))]
     return [(k, v) for k, v in flags if v is not None]
 
-def eval_command(spec: dict, runs_dir=None, *, launcher: str = "python", overwrite: bool = False) -> str:
-    "The shell command that writes the evaluation(s) `spec` needs (never overwriting one, unless `overwrite`): the evaluation command or papermill."
+def eval_command(spec: dict, runs_dir=None, *, launcher: str = "python", overwrite: bool = False,
+                 backend: str = "transformers") -> str:
+    "The shell command that writes the evaluation(s) `spec` needs (never overwriting one, unless `overwrite`): the evaluation command or papermill; `backend`: who decodes (the evaluation's `backend`, transformers left unsaid)."
+    check_choice("backend", backend, BACKENDS)
     cmds = []
     for need in spec["evals"]:
-        flags = _eval_flags(spec, need, runs_dir) + ([("overwrite", True)] if overwrite else [])
+        flags = (_eval_flags(spec, need, runs_dir) + ([("overwrite", True)] if overwrite else [])
+                 + ([("backend", backend)] if backend != "transformers" else []))
         if launcher == "papermill":
             if need["max_examples"] is None: flags.append(("max_examples", None))   # all: the notebook's own default is 4
             out = Path(os.fspath(runs_dir) if runs_dir is not None else "runs") / f"{spec['name']}.eval-{need['eval_name']}.ipynb"
@@ -121,9 +125,9 @@ def eval_command(spec: dict, runs_dir=None, *, launcher: str = "python", overwri
     return " && ".join(cmds)
 
 # %% ../../nbs/59_launcher.ipynb #dc2fd107
-def run_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", **train_kw) -> str:
-    "One command line for a launchable spec: train (or resume) then evaluate, or only evaluate."
-    evaluate = eval_command(spec, runs_dir, launcher="papermill" if launcher == "papermill" else "python")
+def run_command(spec: dict, runs_dir=None, *, launcher: str = "torchrun", eval_backend: str = "transformers", **train_kw) -> str:
+    "One command line for a launchable spec: train (or resume) then evaluate (decoded by `eval_backend`), or only evaluate."
+    evaluate = eval_command(spec, runs_dir, launcher="papermill" if launcher == "papermill" else "python", backend=eval_backend)
     if spec["kind"] != "train" or spec.get("status") == "needs_eval": return evaluate
     return train_command(spec, runs_dir, launcher=launcher, **train_kw) + " && " + evaluate
 
@@ -174,11 +178,16 @@ def _evaluate_here(spec: dict, runs: Path, folder: str) -> list[Path]:
 # %% ../../nbs/59_launcher.ipynb #450b8c9f
 def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = None, mode: str | None = None, *,
                    figures=None, launcher: str | None = None, data_root=None, external_models: dict | None = None,
-                   progress: bool = True, file=None, accelerate_config: str | None = None, **overrides) -> list[dict]:
-    "Train and evaluate the missing runs (mini, mode 'run': here, resumable) or print one command per missing run."
+                   progress: bool = True, file=None, accelerate_config: str | None = None, eval_backend: str = "transformers",
+                   **overrides) -> list[dict]:
+    "Train and evaluate the missing runs (mini, mode 'run': here, resumable) or print one command per missing run (its evaluation decoded by `eval_backend`: transformers, or vLLM on GPUs)."
     mode = mode or ("run" if scale == "mini" else "print")
     launcher = launcher or ("torchrun" if scale == "paper" else "python")   # print mode: how training is launched
     if mode not in ("run", "print"): raise ValueError(f"mode must be 'run' or 'print'; got {mode!r}")
+    check_choice("eval_backend", eval_backend, BACKENDS)
+    if eval_backend != "transformers" and mode == "run" and scale != "paper":   # the paper scale only ever prints
+        raise ValueError(f"eval_backend={eval_backend!r} applies to the printed commands (print mode, the paper scale); "
+                         "the mini runs are evaluated here by transformers' generate")
     file = file or sys.stdout
     m = manifest(scale, data_root=data_root, external_models=external_models, **overrides)
     runs = resolve_runs_dir(runs_dir)
@@ -197,9 +206,9 @@ def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = Non
             print(f"# run them from the repository root, {repo}", file=file)
         for spec in todo:
             print(f"# {spec['name']}: {spec['status']}" + (f" ({spec['detail']})" if spec["detail"] else ""), file=file)
-            print(run_command(spec, runs_dir, launcher=launcher,
+            print(run_command(spec, runs_dir, launcher=launcher, eval_backend=eval_backend,
                               save_steps=m.settings["save_steps"], accelerate_config=accelerate_config), file=file)
-        for s in blocked: print("# " + _not_launched(s, m, runs_dir, launcher).replace("\n", "\n# "), file=file)
+        for s in blocked: print("# " + _not_launched(s, m, runs_dir, launcher, eval_backend).replace("\n", "\n# "), file=file)
         return [dict(run=s["name"], action="printed", status=s["status"]) for s in todo]
     return _run_here(todo, blocked, m, runs, progress, file)
 
@@ -224,7 +233,7 @@ def launcher_lock(runs: Path):
         file_lock.release()
 
 # %% ../../nbs/59_launcher.ipynb #352b6302
-def _not_launched(s, m: Manifest, runs_dir, launcher: str = "python") -> str:
+def _not_launched(s, m: Manifest, runs_dir, launcher: str = "python", eval_backend: str = "transformers") -> str:
     "The line of a run the launcher leaves alone (a status row `s`); for an evaluation file that is not the one needed, with the command that writes it again."
     line = f"not launched, {s.status}: {s.run}: {s.detail}"
     if s.status in ("mismatch", "damaged") and s.found:   # never trained over: the folder is the user's to move or replace
@@ -232,7 +241,7 @@ def _not_launched(s, m: Manifest, runs_dir, launcher: str = "python") -> str:
                  "training command (deletes it)")
     if s.status == "eval_incomplete" and s.run in m.runs:   # a launch never overwrites it: written again only when asked
         evaluator = "papermill" if launcher == "papermill" else "python"
-        line += f"\n  to write it again: {eval_command(m.runs[s.run], runs_dir, launcher=evaluator, overwrite=True)}"
+        line += f"\n  to write it again: {eval_command(m.runs[s.run], runs_dir, launcher=evaluator, overwrite=True, backend=eval_backend)}"
     return line
 
 # %% ../../nbs/59_launcher.ipynb #68115953

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import SCALES, accept_both_spellings
+from ..evaluation.held_out import BACKENDS
 from .launcher import ACCELERATE_CONFIG, launch_missing, LAUNCHERS, missing_runs
 from .manifest import check_figures, EXTERNAL_BASELINES, SCALE_SETTINGS, manifest
 from .results import results_table
@@ -73,6 +74,9 @@ def argument_parser() -> argparse.ArgumentParser:
                         f"and accelerate commands (default: {by_scale('nproc_per_node')}); with fewer than the paper's 8 the "
                         "commands accumulate gradient steps, so that each step keeps the paper's global batch (4 pairs x 8 GPUs)")
     parser.add_argument("--csv", default=None, help="table: also write the table to this CSV file")
+    parser.add_argument("--eval-backend", choices=BACKENDS, default="transformers", help="print mode: who decodes in the "
+                        "evaluation commands (evaluate --backend): transformers, or on GPUs vllm / vllm-lora (pip install "
+                        "\"consistency_amp[vllm]\"; benchmarks/README.md has its time per 1,000 questions)")
     parser.add_argument("--no-progress", action="store_true", help="launch: no progress bar")
     return accept_both_spellings(parser)   # --runs_dir too, as the training command spells it
 
@@ -137,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.print_only or a.scale == "paper":                # `... | head` closes the pipe early: not an error
         with contextlib.suppress(BrokenPipeError):
             launch_missing(a.scale, a.runs_dir, "print", figures=a.figures, launcher=a.launcher,
-                           accelerate_config=a.accelerate_config, **margs)
+                           accelerate_config=a.accelerate_config, eval_backend=a.eval_backend, **margs)
         return 0
-    done = launch_missing(a.scale, a.runs_dir, "run", figures=a.figures, progress=not a.no_progress, **margs)
+    done = launch_missing(a.scale, a.runs_dir, "run", figures=a.figures, progress=not a.no_progress,
+                          eval_backend=a.eval_backend, **margs)
     print(f"wall time {time.perf_counter() - start:.0f} s")
     return 1 if any(d.get("ok") is False for d in done) else 0
 
