@@ -604,7 +604,8 @@ def parse_args(argv=None):
     ap.add_argument("--model", default=None,
                     help="time a saved model instead (a directory or a name `load_model` resolves, e.g. a pretrained "
                          "tiny spatial base): loaded with the project's LoRA, its own processor; --arch is ignored")
-    ap.add_argument("--pairs-per-device", type=int, default=4, help="prompt pairs (x, x') per device and step")
+    ap.add_argument("--pairs-per-device", type=int, default=4, help="prompt pairs (x, x') per device and micro-batch; a step "
+                    "takes gradient_accumulation_steps (--trainer-args) micro-batches, generated at once")
     ap.add_argument("--K", type=int, default=8, help="completions per prompt (group size)")
     ap.add_argument("--completion-length", type=int, default=256, help="exact new tokens per completion")
     ap.add_argument("--steps", type=int, default=6, help="measured steps per pairing")
@@ -799,10 +800,12 @@ def run(args) -> dict:
             profiler = profile_callback(trainer, model, device, args.warmup, args.profile_top, args.profile_trace,
                                         say, clock, with_stack=not args.profile_no_stack)
             trainer.add_callback(profiler)
+        micro = config.gradient_accumulation_steps   # a step's micro-batches: the loss's batch, not the step's load
         say(f"{args.model or args.arch}: {counts['total']:,} parameters ({counts['lora_trainable'] / 1e6:.1f}M LoRA "
-            f"trainable), built in {build_s:.1f} s on {device} ({dtype}); {world_size()} process(es), per device "
-            f"{args.pairs_per_device} pairs x 2 prompts x K={args.K} = {config.per_device_train_batch_size} "
-            f"completions of {args.completion_length} tokens; {len(examples)} {args.task}/{args.source} examples; "
+            f"trainable), built in {build_s:.1f} s on {device} ({dtype}); {world_size()} process(es), per device and step "
+            f"{args.pairs_per_device * micro} pairs x 2 prompts x K={args.K} = {config.per_device_train_batch_size * micro} "
+            f"completions of {args.completion_length} tokens" + (f", in {micro} micro-batches of "
+            f"{config.per_device_train_batch_size}" if micro > 1 else "") + f"; {len(examples)} {args.task}/{args.source} examples; "
             f"steps: {args.warmup} warm-up{' + 1 profiled' if args.profile else ''} + {args.steps} x "
             f"{timed_arms}", flush=True)
         def run_stock():   # the same model and work through TRL's own trainer, before or after the OT-GRPO arm
@@ -849,8 +852,10 @@ def run(args) -> dict:
                   combined_arm=args.combined_arm,
                   image_cache=args.image_cache, profiled_steps=int(args.profile), use_vllm=args.use_vllm,
                   lora_dropout=args.lora_dropout,
-                  pairs_per_device=args.pairs_per_device, K=args.K,
-                  completions_per_device=config.per_device_train_batch_size, completion_length=args.completion_length,
+                  # the load of one optimizer step per device (gradient accumulation: its micro-batches together)
+                  pairs_per_device=args.pairs_per_device * config.gradient_accumulation_steps, K=args.K,
+                  completions_per_device=config.per_device_train_batch_size * config.gradient_accumulation_steps,
+                  micro_batches=config.gradient_accumulation_steps, completion_length=args.completion_length,
                   completion_lengths_seen=[min(l for l, _ in lengths), max(h for _, h in lengths)] if lengths else None,
                   answers=args.answers, task=args.task, source=args.source, warmup=args.warmup, steps=args.steps,
                   parameters=counts, peak_memory_gib=max((r["peak_memory_gib"] for r in clock.records if "peak_memory_gib" in r),
