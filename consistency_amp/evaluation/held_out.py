@@ -167,8 +167,8 @@ def _batches(items: Iterable, size: int) -> Iterator[list]:
 # %% ../../nbs/51_held_out.ipynb #d01c025e
 def prompts_per_call(completer, batch_size: int | None = None) -> int:
     "How many prompts `completer.complete` is given at once: `batch_size` if given; else the completer's own `batch_size` (`VLLMDecoder`'s: what its engine schedules together), else DEFAULT_BATCH_SIZE."
-    if batch_size is None: batch_size = getattr(completer, "batch_size", None) or DEFAULT_BATCH_SIZE
-    return int(check_int("batch_size", batch_size, 1))
+    if batch_size is None: batch_size = getattr(completer, "batch_size", None)   # a completer's 0 is refused, not replaced
+    return int(check_int("batch_size", DEFAULT_BATCH_SIZE if batch_size is None else batch_size, 1))
 
 # %% ../../nbs/51_held_out.ipynb #3e6b8a8f
 def answer_examples(examples: Sequence[Example], completer, *, consistency_samples: int = 1, seed: int = 0,
