@@ -2,6 +2,8 @@
 
 * A `trl.ModelConfig` flag reaches the model: `--lora_r 8 --lora_alpha 16` trains an adapter of rank 8, and the run
   records them in params.json as `model_args`; an OTGRPOConfig flag is recorded as `trainer_args`.
+* A second stage (`--adapter <the first run>`) trains on the first run's adapter: rank 8 again, without `--lora_r`,
+  recorded in params.json and the model card; a new LoRA's settings beside it are refused before its folder exists.
 * `--help_all` lists TRL's flags beside the run's own.
 * A flag TrainParams sets under its own name, or a ModelConfig field the loader cannot honour, exits with a message
   that names it, before anything is created.
@@ -25,7 +27,7 @@ def run(args, tmp_path, timeout=600):
     return subprocess.run(TRAIN + args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_model_config_flags_reach_the_adapter_and_the_record(tmp_path):
+def test_model_config_flags_reach_the_adapter_and_the_record_and_a_second_stage_keeps_them(tmp_path):
     done = run(["--steps", "1", "-K", "2", "--max_completion_length", "8", "--save_steps", "0", "--run_name", "cli",
                 "--lora_r", "8", "--lora_alpha", "16", "--lora_dropout", "0.0", "--lr_scheduler_type", "constant"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -35,6 +37,16 @@ def test_model_config_flags_reach_the_adapter_and_the_record(tmp_path):
     params = json.loads((run_dir / "params.json").read_text())
     assert params["model_args"] == {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
     assert params["trainer_args"] == {"lr_scheduler_type": "constant"}
+    stage = ["--task", "size", "--steps", "1", "-K", "2", "--max_completion_length", "8", "--save_steps", "0", "--adapter", str(run_dir)]
+    refused = run(stage + ["--run_name", "refused", "--lora_r", "4"], tmp_path, timeout=300)
+    assert refused.returncode != 0 and "set up a new LoRA" in refused.stderr, refused.stderr[-2000:]
+    assert not (tmp_path / "runs" / "refused").exists()
+    second = run(stage + ["--run_name", "second"], tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    second_dir = tmp_path / "runs" / "second"
+    assert json.loads((second_dir / "adapter" / "adapter_config.json").read_text())["r"] == 8   # the first run's LoRA
+    assert json.loads((second_dir / "params.json").read_text())["adapter"] == str(run_dir / "adapter")
+    assert f"| adapter | {run_dir / 'adapter'} |" in (second_dir / "adapter" / "README.md").read_text()
 
 
 def test_help_all_lists_trl_flags(tmp_path):

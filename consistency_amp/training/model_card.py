@@ -29,7 +29,7 @@ def portable_base(adapter_dir, model: str) -> Path:
 # %% ../../nbs/36_model_card.ipynb #015c003d
 from ..core import PAPER   # the paper the cards cite, said once (the trainer's checkpoint card cites it too)
 
-CARD_PARAMS = ("task", "source", "reward", "pairing", "model", "data_root", "steps", "num_generations", "pairs_per_device",
+CARD_PARAMS = ("task", "source", "reward", "pairing", "model", "adapter", "data_root", "steps", "num_generations", "pairs_per_device",
                "learning_rate", "temperature", "beta", "seed", "label_noise", "marker_swap", "blind")
 
 def _results_table(run_dir: Path) -> str:

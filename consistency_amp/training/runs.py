@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+import hashlib
 import json
 import math
 import os
@@ -184,6 +185,7 @@ def run_name(params: dict) -> str:
     if params.get("blind"): parts.append("blind")
     if params.get("marker_swap"): parts.append("markerswap")
     if params.get("data_root", "") is None: parts.append("synthetic")
+    if params.get("adapter"): parts.append(f"from-adapter-{hashlib.sha1(str(params['adapter']).encode()).hexdigest()[:8]}")   # short: stages chain
     return check_run_name("_".join(_slug(p) for p in parts))
 
 # %% ../../nbs/33_runs.ipynb #4f6cff22
@@ -363,7 +365,7 @@ def _new_run(path: Path, params: dict, locked: bool, overwrite: bool) -> Path:
     return path
 
 # %% ../../nbs/33_runs.ipynb #1e714b1e
-LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None, "num_processes": 1}   # training parameters added after runs were first written: absent means this value
+LATER_PARAMS = {"blind": False, "marker_swap": False, "model_args": None, "num_processes": 1, "adapter": None}   # training parameters added after runs were first written: absent means this value
 # operational settings that change how the rest of a run trains (a resume may change them): params.json keeps what is in force
 RECORDED_ON_RESUME = ("trainer_args", "gradient_checkpointing", "save_steps", "keep_checkpoints")
 

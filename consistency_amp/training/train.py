@@ -27,8 +27,8 @@ _logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['world_size', 'stored_params', 'start_run', 'train_examples', 'machine_settings', 'trainer_config',
-           'load_for_training', 'checked_before_run', 'cpu_threads', 'finished_checkpoint', 'train_run', 'prepare_run',
-           'run_training', 'main', 'cli']
+           'load_for_training', 'check_start_adapter_loads', 'checked_before_run', 'cpu_threads', 'finished_checkpoint',
+           'train_run', 'prepare_run', 'run_training', 'main', 'cli']
 
 # %% ../../nbs/45_train_entry.ipynb #c5893031
 def world_size() -> int: return int(os.environ.get("WORLD_SIZE", "1"))
@@ -98,6 +98,7 @@ def load_for_training(params: TrainParams, config):
     from transformers.integrations import is_deepspeed_zero3_enabled
     from consistency_amp.training.models import load_model
     kwargs = load_kwargs(typed_trl_values(params.model_args, "model_args"))
+    if params.adapter is not None: kwargs |= dict(adapter=params.adapter, adapter_trainable=True)   # refused under ZeRO-3: check_start_adapter_loads
     if not is_deepspeed_zero3_enabled(): return (*load_model(params.model, **kwargs), None)
     import torch
     from transformers import AutoModelForImageTextToText
@@ -109,9 +110,22 @@ def load_for_training(params: TrainParams, config):
     freeze_vision_tower(model)
     return model, load_processor(path), lora_config(**{"r" if k == "lora_r" else k.replace("lora_", ""): v for k, v in lora.items()})
 
+# %% ../../nbs/45_train_entry.ipynb #40f6a945
+def check_start_adapter_loads(adapter: str | os.PathLike, model: str, model_path: str) -> None:
+    "The adapter a run trains on, read as peft will (`check_adapter`) and loadable here; a warning if it names another base than `model` (found at `model_path`)."
+    from transformers.integrations import is_deepspeed_zero3_enabled
+    from consistency_amp.training.adapter_files import check_adapter
+    if is_deepspeed_zero3_enabled():   # load_adapter puts it on the whole model, which ZeRO-3 shards as it loads
+        raise ValueError(f"adapter={str(adapter)!r} is put on the whole model, which DeepSpeed ZeRO-3 shards as it loads: "
+                         "use ZeRO-2 (configs/accelerate/deepspeed_zero2.yaml) or plain data parallel")
+    base = check_adapter(adapter).base_model_name_or_path   # a damaged file: named, with the way out
+    if base and base not in (model, model_path):          # a path on another machine may name the same model: not refused
+        _logger.warning(f"the adapter {adapter} was trained on {base!r}, and this run's model is {model!r}: if their "
+                        "layers differ, peft fails while loading it")
+
 # %% ../../nbs/45_train_entry.ipynb #044915fa
 def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
-    "The run's trainer config, built, and its model found (a spatial base built if needed) with its attention implementation and LoRA targets checked, before the run folder exists; ValueError naming a setting TRL or the loader refuses."
+    "The run's trainer config, built, and its model found (a spatial base built if needed) with its attention implementation and LoRA targets checked, and the adapter it trains on, if any, before the run folder exists; ValueError naming a setting TRL or the loader refuses."
     import difflib
     from dataclasses import fields
     from trl.import_utils import is_vllm_available
@@ -139,7 +153,8 @@ def checked_before_run(params: TrainParams, run_dir: str | os.PathLike):
     if getattr(config, "merge_lora_for_generation", False) and sharded:   # else the trainer says so after the model has loaded
         raise ValueError("merge_lora_for_generation=True (the paper recipes' setting) samples from whole merged weights, "
                          "which DeepSpeed and FSDP shard: add --merge_lora_for_generation false")
-    check_loadable(params.model, **kw)     # a folder or a Hub id the cache or the Hub has; its attention and LoRA targets
+    path = check_loadable(params.model, **kw)     # a folder or a Hub id the cache or the Hub has; its attention and LoRA targets
+    if params.adapter is not None: check_start_adapter_loads(params.adapter, params.model, path)
     return config
 
 # %% ../../nbs/45_train_entry.ipynb #24bd29a1

@@ -14,7 +14,7 @@ from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, 
                                   TINY_MODEL, TRUE_WORDS, FALSE_WORDS, check_choice, check_int, read_json_object,
                                   help_field)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path, root_sources
-from .runs import check_run_name, PARAM_KEYS, resolve_path
+from .runs import ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, PARAM_KEYS, resolve_path
 from .runs import run_name as default_run_name
 from ..reward.ssl import SSL_TASKS
 from ..world.tasks import BOOLEAN_TASKS, TASKS
@@ -22,7 +22,7 @@ from ..world.tasks import BOOLEAN_TASKS, TASKS
 # %% auto #0
 __all__ = ['TRAIN_TASKS', 'TRAIN_REWARDS', 'JOINT_TASKS', 'SOURCE_CHOICES', 'REPORT_TO_PACKAGES', 'MODEL_ARGS', 'SET_BY_PARAMS',
            'FLAG_PARAMS', 'report_integrations', 'model_size', 'load_kwargs', 'check_run_choices', 'check_run_numbers',
-           'check_run_options', 'check_data_root', 'run_record', 'TrainParams', 'as_params']
+           'check_run_options', 'check_data_root', 'check_start_adapter', 'run_record', 'TrainParams', 'as_params']
 
 # %% ../../nbs/38_train_params.ipynb #d5d8064a
 TRAIN_TASKS = TASKS + ("joint",)
@@ -152,6 +152,9 @@ def check_run_options(self: TrainParams) -> None:
     if twice := sorted(set(self.trainer_args or {}) & set(SET_BY_PARAMS)):   # it would silently win over the field
         raise ValueError(f"trainer_args: {twice[0]} is set by {SET_BY_PARAMS[twice[0]]}: give that instead")
     load_kwargs(self.model_args)                     # a ModelConfig field the loader does not take: refused now
+    if self.adapter is not None and (lora := sorted(k for k in self.model_args or {} if k.startswith("lora_"))):
+        raise ValueError(f"model_args {lora} set up a new LoRA, but the adapter given ({self.adapter}) is trained on with its "
+                         "own LoRA settings: leave them out, or give adapter=None")
     if self.run_name is not None: check_run_name(self.run_name)
 
 # %% ../../nbs/38_train_params.ipynb #eeafd2af
@@ -169,6 +172,18 @@ def check_data_root(data_root, source: str) -> Path:
     raise ValueError(f"data_root {root} holds no {source}_{{{','.join(OMNI3D_SPLITS)}}}.json (looked in "
                      f"{root}, {root / 'Omni3D'} and {root / 'datasets' / 'Omni3D'})"
                      + (f"; it holds {', '.join(has)}: train on one of them with --source" if has else ""))
+
+# %% ../../nbs/38_train_params.ipynb #cab7bea1
+def check_start_adapter(adapter) -> str:
+    "The adapter folder a run trains on (a run folder: its adapter/), resolved from the repository root; ValueError naming what is missing."
+    path = resolve_path(adapter)
+    if not (path / ADAPTER_CONFIG).is_file() and (path / ADAPTER_DIR / ADAPTER_CONFIG).is_file(): path = path / ADAPTER_DIR
+    if missing := [name for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS) if not (path / name).is_file()]:
+        problem = f"has no {' or '.join(missing)}" if path.is_dir() else "does not exist"
+        raise ValueError(f"adapter {str(adapter)!r} (resolved to {path}; relative paths are taken from the repository root) "
+                         f"{problem}: give a run folder, its {ADAPTER_DIR}/ or a checkpoint of it, or None "
+                         "for a new LoRA")
+    return str(path)
 
 # %% ../../nbs/38_train_params.ipynb #2f9e4d12
 def run_record(self: TrainParams) -> dict:
@@ -190,6 +205,7 @@ class TrainParams:
     pairing: str = help_field("minimal", '"minimal" (OT-GRPO), "random" or "one_to_all".')
     model: str = help_field(DEFAULT_MODEL, 'Hub id, local directory, or an offline tiny model (spatial-base-large/-small, tiny-qwen2.5-vl)')
     data_root: str | None = help_field(None, 'Omni3D root (relative: from the repository root); None = the built-in synthetic world.')
+    adapter: str | None = help_field(None, 'A trained LoRA adapter to train on (a run folder, its adapter/ or a checkpoint; relative: from the repository root), e.g. a second stage after a first; its own LoRA settings. None: a new LoRA.')
     steps: int = help_field(5, 'Optimizer steps (paper: 500)')
     num_generations: int = help_field(4, 'K, completions per prompt (paper: 8).')
     pairs_per_device: int = help_field(1, "Prompt pairs (x, x') per device and step (paper: 4)")
@@ -219,6 +235,7 @@ class TrainParams:
             if _KINDS[f.type]: setattr(self, f.name, _coerce(getattr(self, f.name), _KINDS[f.type], f.name))
         for check in (check_run_choices, check_run_numbers, check_run_options): check(self)
         if self.data_root is not None: self.data_root = str(check_data_root(self.data_root, self.source))
+        if self.adapter is not None: self.adapter = check_start_adapter(self.adapter)
 
     @property
     def tasks(self) -> tuple[str, ...]:
