@@ -2,7 +2,7 @@
 
 * A `trl.ModelConfig` flag reaches the model: `--lora_r 8 --lora_alpha 16` trains an adapter of rank 8, and the run
   records them in params.json as `model_args`; an OTGRPOConfig flag is recorded as `trainer_args`.
-* A second stage (`--adapter <the first run>`) trains on the first run's adapter: rank 8 again, without `--lora_r`,
+* A second stage (`--adapter <the first run's name>`) trains on the first run's adapter: rank 8 again, without `--lora_r`,
   recorded in params.json and the model card; a new LoRA's settings beside it are refused before its folder exists.
 * `--help_all` lists TRL's flags beside the run's own.
 * A flag TrainParams sets under its own name, or a ModelConfig field the loader cannot honour, exits with a message
@@ -37,7 +37,7 @@ def test_model_config_flags_reach_the_adapter_and_the_record_and_a_second_stage_
     params = json.loads((run_dir / "params.json").read_text())
     assert params["model_args"] == {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
     assert params["trainer_args"] == {"lr_scheduler_type": "constant"}
-    stage = ["--task", "size", "--steps", "1", "-K", "2", "--max_completion_length", "8", "--save_steps", "0", "--adapter", str(run_dir)]
+    stage = ["--task", "size", "--steps", "1", "-K", "2", "--max_completion_length", "8", "--save_steps", "0", "--adapter", "cli"]   # the run's name
     refused = run(stage + ["--run_name", "refused", "--lora_r", "4"], tmp_path, timeout=300)
     assert refused.returncode != 0 and "set up a new LoRA" in refused.stderr, refused.stderr[-2000:]
     assert not (tmp_path / "runs" / "refused").exists()

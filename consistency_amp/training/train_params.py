@@ -14,7 +14,8 @@ from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, 
                                   TINY_MODEL, TRUE_WORDS, FALSE_WORDS, check_choice, check_int, read_json_object,
                                   help_field)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path, root_sources
-from .runs import ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, PARAM_KEYS, resolve_path
+from .runs import (ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, PARAM_KEYS, RUN_NAME_RE,
+                                           resolve_path, runs_dir as runs_folder)
 from .runs import run_name as default_run_name
 from ..reward.ssl import SSL_TASKS
 from ..world.tasks import BOOLEAN_TASKS, TASKS
@@ -174,15 +175,16 @@ def check_data_root(data_root, source: str) -> Path:
                      + (f"; it holds {', '.join(has)}: train on one of them with --source" if has else ""))
 
 # %% ../../nbs/38_train_params.ipynb #cab7bea1
-def check_start_adapter(adapter) -> str:
-    "The adapter folder a run trains on (a run folder: its adapter/), resolved from the repository root; ValueError naming what is missing."
+def check_start_adapter(adapter, runs: str | None = None) -> str:
+    "The adapter folder a run trains on: a folder (relative: from the repository root), else a run's name in the runs folder `runs`; a run folder stands for its adapter/. ValueError naming what is missing."
     path = resolve_path(adapter)
+    if not path.exists() and RUN_NAME_RE.fullmatch(str(adapter)): path = runs_folder(runs) / str(adapter)   # a run's name
     if not (path / ADAPTER_CONFIG).is_file() and (path / ADAPTER_DIR / ADAPTER_CONFIG).is_file(): path = path / ADAPTER_DIR
     if missing := [name for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS) if not (path / name).is_file()]:
-        problem = f"has no {' or '.join(missing)}" if path.is_dir() else "does not exist"
-        raise ValueError(f"adapter {str(adapter)!r} (resolved to {path}; relative paths are taken from the repository root) "
-                         f"{problem}: give a run folder, its {ADAPTER_DIR}/ or a checkpoint of it, or None "
-                         "for a new LoRA")
+        where = (f"{path}" if path.is_dir() else f"neither {resolve_path(adapter)} (relative paths are taken from the "
+                 f"repository root) nor a run in {runs_folder(runs)}")
+        raise ValueError(f"adapter {str(adapter)!r}: {where} " + (f"has no {' or '.join(missing)}" if path.is_dir() else "exists")
+                         + f": give a run's name or folder, its {ADAPTER_DIR}/ or a checkpoint of it, or None for a new LoRA")
     return str(path)
 
 # %% ../../nbs/38_train_params.ipynb #2f9e4d12
@@ -235,7 +237,7 @@ class TrainParams:
             if _KINDS[f.type]: setattr(self, f.name, _coerce(getattr(self, f.name), _KINDS[f.type], f.name))
         for check in (check_run_choices, check_run_numbers, check_run_options): check(self)
         if self.data_root is not None: self.data_root = str(check_data_root(self.data_root, self.source))
-        if self.adapter is not None: self.adapter = check_start_adapter(self.adapter)
+        if self.adapter is not None: self.adapter = check_start_adapter(self.adapter, self.runs_dir)
 
     @property
     def tasks(self) -> tuple[str, ...]:
