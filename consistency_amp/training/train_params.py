@@ -15,7 +15,7 @@ from ..core import (DEFAULT_MODEL, PAIRINGS, PAPER_MODEL_SIZES, PAPER_SETTINGS, 
                                   help_field)
 from ..world.omni3d import OMNI3D_SOURCES, OMNI3D_SPLITS, omni3d_json_path, root_sources
 from .runs import (ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, check_run_name, PARAM_KEYS, RUN_NAME_RE,
-                                           resolve_path, runs_dir as runs_folder)
+                                           resolve_path, run_path, runs_dir as runs_folder)
 from .runs import run_name as default_run_name
 from ..reward.ssl import SSL_TASKS
 from ..world.tasks import BOOLEAN_TASKS, TASKS
@@ -238,6 +238,9 @@ class TrainParams:
         for check in (check_run_choices, check_run_numbers, check_run_options): check(self)
         if self.data_root is not None: self.data_root = str(check_data_root(self.data_root, self.source))
         if self.adapter is not None: self.adapter = check_start_adapter(self.adapter, self.runs_dir)
+        if self.adapter is not None and Path(self.adapter).is_relative_to(run_path(self.name, self.runs_dir)):
+            raise ValueError(f"adapter {self.adapter} is in this run's own folder, which overwrite would delete before "
+                             "loading it: give the run another run_name")
 
     @property
     def tasks(self) -> tuple[str, ...]:
