@@ -391,6 +391,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                        'consistency_amp.files.complete_checkpoints': ( 'files.html#complete_checkpoints',
                                                                                        'consistency_amp/files.py'),
                                        'consistency_amp.files.cut_off_file': ('files.html#cut_off_file', 'consistency_amp/files.py'),
+                                       'consistency_amp.files.os_file_lock': ('files.html#os_file_lock', 'consistency_amp/files.py'),
                                        'consistency_amp.files.repo_root': ('files.html#repo_root', 'consistency_amp/files.py'),
                                        'consistency_amp.files.resolve_path': ('files.html#resolve_path', 'consistency_amp/files.py'),
                                        'consistency_amp.files.utc_now': ('files.html#utc_now', 'consistency_amp/files.py'),

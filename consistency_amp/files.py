@@ -5,6 +5,7 @@
 # %% ../nbs/01_files.ipynb #c93d9495
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -14,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CACHE_ENV', 'CHECKPOINT_RE', 'TRAINER_STATE_FILE', 'repo_root', 'resolve_path', 'cache_dir', 'utc_now',
-           'write_atomically', 'cut_off_file', 'complete_checkpoints', 'build_once']
+__all__ = ['CACHE_ENV', 'CHECKPOINT_RE', 'TRAINER_STATE_FILE', 'FLOCK_UNSUPPORTED', 'repo_root', 'resolve_path', 'cache_dir',
+           'utc_now', 'write_atomically', 'cut_off_file', 'complete_checkpoints', 'os_file_lock', 'build_once']
 
 # %% ../nbs/01_files.ipynb #4614a308
 def repo_root(start: str | os.PathLike | None = None) -> Path | None:
@@ -100,16 +101,36 @@ def complete_checkpoints(folder) -> list[Path]:
              if (m := CHECKPOINT_RE.fullmatch(p.name)) and (p / TRAINER_STATE_FILE).is_file()]
     return [p for _, p in sorted(found)]
 
+# %% ../nbs/01_files.ipynb #6d278101
+FLOCK_UNSUPPORTED = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)   # flock refused by the file system, not by a holder
+
+def os_file_lock(path: str | os.PathLike, timeout: float = -1,
+                 way_out: str = "use a folder on a file system that gives them: a local disk, Lustre mounted with "
+                                "-o flock, or NFS with its lock service", folder: str | os.PathLike | None = None):
+    "filelock's `FileLock` on `path` (an `flock` the OS drops when its process dies), once a probe in `folder` (default: `path`'s, on the same file system) shows that its file system gives `flock`; ValueError naming `folder` and `way_out` where it does not."
+    from filelock import FileLock
+    folder = Path(path).parent if folder is None else Path(folder)
+    try: import fcntl
+    except ImportError: return FileLock(str(path), timeout=timeout)   # Windows: filelock locks with msvcrt
+    fd, probe = tempfile.mkstemp(prefix=".flock-probe-", dir=folder)
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError as e:
+        if e.errno not in FLOCK_UNSUPPORTED: raise
+        raise ValueError(f"the file system of {folder} gives no file locks (flock: {e.strerror}), and one writer at a time "
+                         f"needs a lock that the OS drops when its process dies: {way_out}") from None
+    finally:
+        os.close(fd); os.unlink(probe)
+    return FileLock(str(path), timeout=timeout)
+
 # %% ../nbs/01_files.ipynb #422188c3
 def build_once(path: str | os.PathLike, build, marker: str = "config.json") -> Path:
     "`path` if it holds `marker`; else `build(staging)` into a new folder beside it, renamed to `path`; one builder at a time (a lock file beside it)."
     import shutil
-    from filelock import FileLock
     path = Path(path)
     if (path / marker).is_file(): return path
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.parent / f".{path.name}.lock"
-    with FileLock(str(lock)):                             # a second process waits for the first's build
+    with os_file_lock(lock, way_out=f"set ${CACHE_ENV} to a folder on a local disk"):   # a second process waits for the first's build
         if (path / marker).is_file(): return path
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
         try:

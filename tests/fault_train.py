@@ -8,7 +8,9 @@ time to send a signal mid-run; FAULT_PID_DIR, when set, receives one `rank<r>.pi
 FAULT_DISK_FULL_AT_STEP makes writing that step's log line fail as a full disk does; FAULT_DISK_FULL_IN_CHECKPOINT makes
 the checkpoint of that step fail in `optimizer.pt`, part written, as torch.save fails on a full disk (its own message,
 from torch 2.13 on a full tmpfs); FAULT_KILL_BEFORE_ADAPTER kills the
-process (SIGKILL) after the last step's checkpoint, just before the final adapter is saved.
+process (SIGKILL) after the last step's checkpoint, just before the final adapter is saved; FAULT_NO_FLOCK=<errno> makes
+every `flock` fail with that error, as on a file system without file locks (Lustre without -o flock: ENOSYS; NFS
+without its lock service: ENOLCK).
 """
 import os
 import sys
@@ -67,6 +69,15 @@ def killed_before_adapter():
     entry.save_final_adapter = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
 
 
+def no_flock(code: int):
+    "Every fcntl.flock fails with `code`, as on a file system that gives no file locks."
+    import fcntl
+
+    def refused(fd, operation): raise OSError(code, os.strerror(code))
+
+    fcntl.flock = refused
+
+
 if __name__ == "__main__":
     if os.environ.get("FAULT_PID_DIR"):
         Path(os.environ["FAULT_PID_DIR"], f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
@@ -74,5 +85,6 @@ if __name__ == "__main__":
     if os.environ.get("FAULT_DISK_FULL_AT_STEP"): disk_full_at(int(os.environ["FAULT_DISK_FULL_AT_STEP"]))
     if os.environ.get("FAULT_DISK_FULL_IN_CHECKPOINT"): disk_full_in_checkpoint(int(os.environ["FAULT_DISK_FULL_IN_CHECKPOINT"]))
     if os.environ.get("FAULT_KILL_BEFORE_ADAPTER"): killed_before_adapter()
+    if os.environ.get("FAULT_NO_FLOCK"): no_flock(int(os.environ["FAULT_NO_FLOCK"]))
     from consistency_amp.training.train import main
     main(sys.argv[1:])

@@ -12,6 +12,8 @@
   (a stand-in `scontrol`), and the requeued job, the same command, finishes the run exactly.
 * torchrun with two processes: SIGTERM to one rank stops both at the same step, with no hang.
 * Damaged or impossible files: a clear message naming the file and what to do, no traceback.
+* A runs folder on a file system without file locks (Lustre without -o flock, NFS without its lock service): refused
+  in one line naming the folder, before any run folder exists.
 """
 import json
 import os
@@ -316,6 +318,17 @@ def test_damaged_or_impossible_files_get_a_message_not_a_traceback(runs, uninter
     assert code == 0, err[-3000:]
     assert "checkpoint-4/trainer_state.json is unreadable" in err and "train_log.jsonl: last line" in err
     assert_finished_exactly(run, uninterrupted)
+
+
+def test_a_runs_folder_without_file_locks_is_refused_in_one_line(tmp_path):
+    import errno
+    lockless = tmp_path / "runs"
+    for code in (errno.ENOLCK, errno.ENOSYS):
+        done, _, err = finish(start(lockless, "lockless", FAULT_NO_FLOCK=code))
+        assert done == 1 and "Traceback" not in err, err[-3000:]
+        assert f"the file system of {lockless} gives no file locks (flock: {os.strerror(code)})" in err, err[-2000:]
+        assert "give the runs folder a file system that gives them (runs_dir)" in err
+        assert list(lockless.iterdir()) == []                   # no run folder, no staging folder, no probe
 
 
 def test_a_full_disk_names_the_file_keeps_what_was_written_and_resumes_exactly(runs, uninterrupted):

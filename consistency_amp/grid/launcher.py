@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..core import check_choice
 from ..evaluation.held_out import BACKENDS
-from ..files import repo_root
+from ..files import os_file_lock, repo_root
 from .manifest import accumulation_steps, DATA_ROOT_PLACEHOLDER, Manifest, manifest
 from .status import _records, LAUNCHABLE, manifest_status, spec_status
 from ..training.run_records import read_run
@@ -216,10 +216,12 @@ def launch_missing(scale: str = "mini", runs_dir: str | os.PathLike | None = Non
 @contextlib.contextmanager
 def launcher_lock(runs: Path):
     "Hold the OS lock `<runs>/.registry-logs/launch.lock` (filelock) while launching: a second launcher is refused."
-    from filelock import FileLock, Timeout
+    from filelock import Timeout
     lock = runs / LOG_DIR / "launch.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    owner, file_lock = lock.with_suffix(".pid"), FileLock(lock, timeout=0)
+    owner = lock.with_suffix(".pid")
+    file_lock = os_file_lock(lock, timeout=0, way_out="give --runs-dir a folder on a file system that gives them: a local "
+                             "disk, Lustre mounted with -o flock, or NFS with its lock service")
     try: file_lock.acquire()       # released by the OS if this process dies, so no lock is ever stale
     except Timeout:
         try: pid = owner.read_text().split()[0]

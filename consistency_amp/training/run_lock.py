@@ -10,7 +10,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ..files import utc_now
+from ..files import os_file_lock, utc_now
 
 # %% auto #0
 __all__ = ['LOCK_FILE', 'WRITER_WAIT_S', 'RunLockedError', 'this_process', 'describe_writer', 'acquire_run_lock',
@@ -44,10 +44,12 @@ def describe_writer(writer) -> str:
 # %% ../../nbs/32_run_lock.ipynb #484f8e05
 def acquire_run_lock(run_dir: str | os.PathLike, writer: dict | None = None, wait: float = WRITER_WAIT_S) -> Path:
     "Hold the lock of the existing folder `run_dir` until `release_run_lock` or the process ends; RunLockedError naming `writer` (the holder's record) if another process holds it."
-    from filelock import FileLock, Timeout
+    from filelock import Timeout
     path = Path(run_dir) / LOCK_FILE
     if _key(path) in _HELD: return path
-    lock = FileLock(path, timeout=wait)
+    lock = os_file_lock(path, timeout=wait, folder=Path(run_dir).parent,   # the runs folder (a staging folder is in it)
+                        way_out="give the runs folder a file system that gives them (runs_dir): a local disk, Lustre "
+                                "mounted with -o flock, or NFS with its lock service")
     try: lock.acquire()
     except Timeout:
         raise RunLockedError(
@@ -73,13 +75,14 @@ def holds_run_lock(run_dir: str | os.PathLike) -> bool:
 # %% ../../nbs/32_run_lock.ipynb #a0575155
 def run_is_live(run_dir: str | os.PathLike) -> bool | None:
     "Whether a process (this one included) holds the lock of `run_dir`; None if that cannot be told."
-    from filelock import FileLock, Timeout
+    from filelock import Timeout
     path = Path(run_dir) / LOCK_FILE
     if (key := _key(path)) is None: return False
     if key in _HELD: return True
-    probe = FileLock(path, timeout=0)
-    try: probe.acquire()
+    try:
+        probe = os_file_lock(path, timeout=0)
+        probe.acquire()
     except Timeout: return True
-    except OSError: return None              # e.g. a read-only copy: the lock file cannot be opened for writing
+    except (OSError, ValueError): return None   # a read-only copy (no lock file opened for writing); no flock there
     probe.release()
     return False
