@@ -10,7 +10,7 @@ the checkpoint of that step fail in `optimizer.pt`, part written, as torch.save 
 from torch 2.13 on a full tmpfs); FAULT_KILL_BEFORE_ADAPTER kills the
 process (SIGKILL) after the last step's checkpoint, just before the final adapter is saved; FAULT_NO_FLOCK=<errno> makes
 every `flock` fail with that error, as on a file system without file locks (Lustre without -o flock: ENOSYS; NFS
-without its lock service: ENOLCK).
+without its lock service: ENOLCK); FAULT_OOM_AT_STEP makes that training step fail as a GPU out of memory does.
 """
 import os
 import sys
@@ -69,6 +69,21 @@ def killed_before_adapter():
     entry.save_final_adapter = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
 
 
+def out_of_memory_at(step: int):
+    "Training step `step` fails with torch.OutOfMemoryError, as a GPU out of memory does."
+    import torch
+    from consistency_amp.training.trainer import OTGRPOTrainer
+    training_step = OTGRPOTrainer.training_step
+
+    def failing(self, *args, **kwargs):
+        if self.state.global_step + 1 == step:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                                         "79.11 GiB of which 1.06 GiB is free.")
+        return training_step(self, *args, **kwargs)
+
+    OTGRPOTrainer.training_step = failing
+
+
 def no_flock(code: int):
     "Every fcntl.flock fails with `code`, as on a file system that gives no file locks."
     import fcntl
@@ -86,5 +101,6 @@ if __name__ == "__main__":
     if os.environ.get("FAULT_DISK_FULL_IN_CHECKPOINT"): disk_full_in_checkpoint(int(os.environ["FAULT_DISK_FULL_IN_CHECKPOINT"]))
     if os.environ.get("FAULT_KILL_BEFORE_ADAPTER"): killed_before_adapter()
     if os.environ.get("FAULT_NO_FLOCK"): no_flock(int(os.environ["FAULT_NO_FLOCK"]))
+    if os.environ.get("FAULT_OOM_AT_STEP"): out_of_memory_at(int(os.environ["FAULT_OOM_AT_STEP"]))
     from consistency_amp.training.train import main
     main(sys.argv[1:])

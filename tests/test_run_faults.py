@@ -12,6 +12,8 @@
   (a stand-in `scontrol`), and the requeued job, the same command, finishes the run exactly.
 * torchrun with two processes: SIGTERM to one rank stops both at the same step, with no hang.
 * Damaged or impossible files: a clear message naming the file and what to do, no traceback.
+* The GPU out of memory mid-run: one line with torch's words, the checkpoint it resumes from and the settings to
+  change; the run is `failed`, and `--resume` gives the uninterrupted run's adapter exactly.
 * A runs folder on a file system without file locks (Lustre without -o flock, NFS without its lock service): refused
   in one line naming the folder, before any run folder exists.
 """
@@ -318,6 +320,17 @@ def test_damaged_or_impossible_files_get_a_message_not_a_traceback(runs, uninter
     assert code == 0, err[-3000:]
     assert "checkpoint-4/trainer_state.json is unreadable" in err and "train_log.jsonl: last line" in err
     assert_finished_exactly(run, uninterrupted)
+
+
+def test_out_of_memory_names_what_to_change_and_the_run_resumes_exactly(runs, uninterrupted):
+    code, _, err = finish(start(runs, "oom", FAULT_OOM_AT_STEP=3))
+    assert code == 1 and "Traceback" not in err, err[-3000:]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("python -m consistency_amp.training.train: error: out of GPU memory: CUDA out of memory. Tried"), line
+    assert "The run is kept and resumes from checkpoint-2." in line and "fewer --pairs_per_device (now 1)" in line
+    status = read_json(runs / "oom" / "status.json")
+    assert status["state"] == "failed" and status["error"].startswith("out of GPU memory: CUDA out of memory"), status
+    assert_resumes_exactly(runs, "oom", uninterrupted)
 
 
 def test_a_runs_folder_without_file_locks_is_refused_in_one_line(tmp_path):

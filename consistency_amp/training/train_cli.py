@@ -23,7 +23,7 @@ from .train_params import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REW
 
 # %% auto #0
 __all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'typed_trl_values', 'recipe', 'parse_args',
-           'without_flags', 'resume_argv', 'stopped_message', 'write_failure', 'end_process_group']
+           'without_flags', 'resume_argv', 'stopped_message', 'write_failure', 'out_of_memory', 'end_process_group']
 
 # %% ../../nbs/39_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -199,6 +199,23 @@ def write_failure(error: BaseException, folder) -> str | None:
     return (f"could not write {path or f'a file under {folder}'}: {why}. Every file written before is intact (each is "
             "written under a temporary name, then renamed; a checkpoint cut off mid-write is skipped); "
             f"{todo} and continue with the same command and --resume")
+
+# %% ../../nbs/39_train_cli.ipynb #ad821051
+def out_of_memory(error: BaseException, params: TrainParams, run_dir=None) -> str | None:
+    "One line for a GPU out-of-memory `error` (torch's `OutOfMemoryError`): what torch said, the checkpoint the run resumes from, and which settings free memory with a resume and which need a new run; else None."
+    import torch
+    if not isinstance(error, torch.OutOfMemoryError): return None
+    from consistency_amp.training.runs import last_checkpoint
+    newest = last_checkpoint(run_dir) if run_dir is not None and Path(run_dir).is_dir() else None
+    kept = f"resumes from {newest.name}" if newest else "has no checkpoint yet: --resume starts it again"
+    same = ([] if params.gradient_checkpointing is not False else ["--gradient_checkpointing true"]) + (
+            ["a smaller --vllm_gpu_memory_utilization"] if (params.trainer_args or {}).get("use_vllm") else [])
+    said = " ".join(str(error).split())[:300]
+    return (f"out of GPU memory: {said}. The run is kept and {kept}. "
+            + (f"To resume with the same experiment: {' or '.join(same)}, and --resume. " if same else "")
+            + f"A new run (--run_name, or --overwrite) with fewer --pairs_per_device (now {params.pairs_per_device}), "
+            f"-K (now {params.num_generations}) or a shorter --max_completion_length (now {params.max_completion_length}) "
+            "needs less")
 
 # %% ../../nbs/39_train_cli.ipynb #cd1d8545
 def end_process_group() -> bool:
