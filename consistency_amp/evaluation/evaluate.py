@@ -24,7 +24,8 @@ from ..training.runs import PARAMS_FILE, read_json, run_path
 from ..training.runs import runs_dir as resolve_runs_dir
 
 # %% auto #0
-__all__ = ['EvalArguments', 'check_eval_arguments', 'evaluate_from', 'describe', 'argument_parser', 'main', 'cli']
+__all__ = ['EvalArguments', 'check_eval_arguments', 'evaluate_from', 'describe', 'argument_parser', 'main', 'out_of_memory',
+           'cli']
 
 # %% ../../nbs/55_evaluate.ipynb #5bd4b6e7
 def _optional(value):
@@ -163,9 +164,21 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"wrote {written}")
     return written
 
+# %% ../../nbs/55_evaluate.ipynb #ba543d74
+def out_of_memory(error: BaseException, args: EvalArguments) -> str | None:
+    "One line for a GPU out-of-memory `error` while answering with transformers' `generate` (torch's `OutOfMemoryError`): what torch said and the smaller `--batch_size` to give; else None."
+    import torch
+    if not isinstance(error, torch.OutOfMemoryError): return None
+    batch = args.batch_size or DEFAULT_BATCH_SIZE
+    engine = (" (a vLLM engine's memory is its gpu_memory_utilization: --vllm_engine_args '{\"gpu_memory_utilization\": 0.8}')"
+              if args.backend in VLLM_BACKENDS else "")
+    return (f"out of GPU memory: {' '.join(str(error).split())[:300]}. Answer in calls of fewer prompts: --batch_size "
+            f"{max(1, batch // 2)} (now {batch}){engine}. Groups kept at another batch are answered again: a batch changes "
+            "generate's padding, so it is part of a kept group's key")
+
 # %% ../../nbs/55_evaluate.ipynb #a7eebe76
 def cli(argv: list[str] | None = None) -> int:
-    "`main` for the console script `consistency-amp-evaluate`: bad parameters, existing results and missing data end in one line, exit 2; Ctrl-C or SIGTERM (a preemption) says what is kept and exits 128 + the signal, without a traceback."
+    "`main` for the console script `consistency-amp-evaluate`: bad parameters, existing results and missing data end in one line, exit 2; the GPU out of memory in one line, exit 1; Ctrl-C or SIGTERM (a preemption) says what is kept and exits 128 + the signal, without a traceback."
     stopped_by = []
     def stop(signum, frame):                      # SIGTERM stops like Ctrl-C, so that `evaluate_run` says what it keeps
         stopped_by.append(signum)
@@ -175,6 +188,10 @@ def cli(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError, FileNotFoundError) as e:   # FileNotFoundError: no Omni3D files under data_root
         print(f"python -m consistency_amp.evaluation.evaluate: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:                        # the GPU out of memory: what to change, in one line (kept groups: said above)
+        if (line := out_of_memory(e, argument_parser().parse_args_into_dataclasses(argv)[0])) is None: raise
+        print(f"python -m consistency_amp.evaluation.evaluate: error: {line}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt: return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     finally: signal.signal(signal.SIGTERM, before)
     return 0
