@@ -96,7 +96,7 @@ EXTERNAL_BASELINES = {  # Figure 5: released checkpoints, evaluated without fine
 
 TRAIN_IDENTITY_KEYS = ("task", "source", "reward", "model", "steps", "num_generations", "pairs_per_device",
                        "learning_rate", "temperature", "beta", "seed", "label_noise", "max_completion_length",
-                       "data_root")
+                       "data_root", "blind", "marker_swap", "adapter")   # the last three: a control, the marker swap, a second stage
 
 def _base_name(size: str, scale: str) -> str: return f"base-{model_tags(scale)[size]}"
 

@@ -60,7 +60,7 @@ def param_differences(spec: dict, params: dict | None) -> list[str]:
     if spec["kind"] == "train" and spec["reward"] == "consistency": keys += ("pairing",)
     diffs = []
     for key in keys:
-        want, have = spec.get(key), params.get(key)
+        want, have = (d.get(key, LATER_PARAMS.get(key)) for d in (spec, params))   # absent: the value before it was recorded
         if key == "model": want, have = _model_key(want), _model_key(have)
         if key == "data_root":
             if want == DATA_ROOT_PLACEHOLDER:                  # the paper's data root was not given: any real root
@@ -196,7 +196,7 @@ def manifest_status(scale: str = "mini", runs_dir: str | os.PathLike | None = No
 # %% ../../nbs/58_status.ipynb #2ab73734
 def spec_params(spec: dict) -> dict:
     "The `params.json` a run made to `spec` by the launcher's torchrun command stores: its kind, identity keys, pairing, model size, scale, processes and gradient accumulation."
-    params = {k: spec[k] for k in ("kind",) + TRAIN_IDENTITY_KEYS + ("pairing", "model_size", "scale", "num_processes")}
+    params = {k: spec.get(k, LATER_PARAMS.get(k)) for k in ("kind",) + TRAIN_IDENTITY_KEYS + ("pairing", "model_size", "scale", "num_processes")}
     accumulation = accumulation_steps(spec, spec["num_processes"])
     return params | ({"trainer_args": {"gradient_accumulation_steps": accumulation}} if accumulation > 1 else {})
 
