@@ -1479,6 +1479,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                             'consistency_amp/training/train_cli.py'),
                                                     'consistency_amp.training.train_cli.end_process_group': ( 'train_cli.html#end_process_group',
                                                                                                               'consistency_amp/training/train_cli.py'),
+                                                    'consistency_amp.training.train_cli.explained_failure': ( 'train_cli.html#explained_failure',
+                                                                                                              'consistency_amp/training/train_cli.py'),
                                                     'consistency_amp.training.train_cli.out_of_memory': ( 'train_cli.html#out_of_memory',
                                                                                                           'consistency_amp/training/train_cli.py'),
                                                     'consistency_amp.training.train_cli.parse_args': ( 'train_cli.html#parse_args',

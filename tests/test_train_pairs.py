@@ -1,6 +1,7 @@
 """`python -m consistency_amp.training.train_pairs` through the real command line, where a notebook cannot go: a
 signal stops it after the step with a checkpoint and the line that resumes it, the resumed run finishes with no step
-logged twice, and `torchrun` runs it in two processes (nbs/46_train_pairs.ipynb has the rest)."""
+logged twice, and `torchrun` runs it in two processes (nbs/46_train_pairs.ipynb has the rest). The GPU out of memory
+(raised in a step) ends in one line with this command's flags, and the run resumes from its checkpoint."""
 import json
 import os
 import shutil
@@ -88,3 +89,26 @@ def test_the_slurm_script_requeues_and_finishes_a_run_of_pairs(text_pairs, tmp_p
         assert logged_steps(tmp_path / "out") == list(range(1, 41))
     assert "holds a finished run's adapter: nothing to resume" in done.stdout
     assert calls.read_text().split() == ["requeue", "77"]        # a job that finished does not requeue
+
+
+def test_out_of_memory_says_what_to_change_and_the_run_resumes(text_pairs, tmp_path, monkeypatch):
+    import torch
+    from consistency_amp.training import train_pairs
+    from consistency_amp.training.trainer import OTGRPOTrainer
+    training_step = OTGRPOTrainer.training_step
+
+    def out_of_memory_in_step_3(self, *args, **kwargs):
+        if self.state.global_step + 1 == 3: raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.50 GiB.")
+        return training_step(self, *args, **kwargs)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(OTGRPOTrainer, "training_step", out_of_memory_in_step_3)
+    flags = [*text_pairs, "--max_steps", "4", "--save_steps", "2", "--gradient_checkpointing", "false"]
+    with pytest.raises(SystemExit) as stopped: train_pairs.main(flags)
+    line = str(stopped.value.code)
+    assert line.startswith("python -m consistency_amp.training.train_pairs: error: out of GPU memory: CUDA out of memory."), line
+    assert "resumes from checkpoint-2" in line and "--gradient_checkpointing true, and --resume_from_checkpoint true" in line
+    assert "A new run (another --output_dir) with fewer --pairs_per_device (now 1), --num_generations (now 2)" in line
+    monkeypatch.setattr(OTGRPOTrainer, "training_step", training_step)
+    train_pairs.main([*flags, "--resume_from_checkpoint", "true"])
+    assert logged_steps(tmp_path / "out") == [1, 2, 3, 4] and (tmp_path / "out" / "adapter_model.safetensors").is_file()

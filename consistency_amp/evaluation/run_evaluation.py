@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 from ..core import DEFAULT_MODEL, check_int
@@ -120,6 +121,9 @@ def evaluating(run_dir, eval_name: str):
     try: acquire_run_lock(path, holder)
     except RunLockedError: raise
     except OSError: yield; return               # a folder this process cannot write: its results cannot be either
+    except ValueError as e:                      # a file system without file locks (files.os_file_lock): said, not refused
+        warnings.warn(f"{e}. Evaluating {path.name} without that guard: a second evaluator of it is not refused")
+        yield; return
     try:
         write_json(path / EVAL_DIR / EVALUATOR_FILE, this_process() | dict(eval_name=eval_name), overwrite=True)
         yield

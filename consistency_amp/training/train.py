@@ -21,7 +21,7 @@ from ..reward.ssl import SSL_TASKS
 from ..core import console_logging
 from .run_callback import stop_signal_of
 from .train_params import TrainParams, as_params, load_kwargs, report_integrations   # (train.TrainParams stays importable)
-from .train_cli import end_process_group, out_of_memory, parse_args, stopped_message, typed_trl_values, write_failure
+from .train_cli import end_process_group, explained_failure, parse_args, stopped_message, typed_trl_values
 
 _logger = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def train_run(params: TrainParams, run_dir: str | os.PathLike | None = None, exa
         raise
     except BaseException as e:
         try:
-            said = (write_failure(e, run_dir) or out_of_memory(e, params, run_dir)) if isinstance(e, Exception) else None   # its one line
+            said = explained_failure(e, params, run_dir) if isinstance(e, Exception) else None   # a full disk, the GPU's memory: its line
             if main and run_dir.exists(): write_status(run_dir, "failed", error=(said or f"{type(e).__name__}: {e}")[:2000])
         except OSError: pass                      # the disk that failed the run may fail this too: the first error counts
         raise
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> Path:
         sys.exit(128 + signal.SIGINT)
     except FileExistsError as e: sys.exit(f"python -m consistency_amp.training.train: error: {e}")   # under torchrun: a live run
     except Exception as e:                        # a full disk, a quota, a read-only mount, the GPU's memory: say what, keep the rest
-        if (failure := write_failure(e, run_dir) or out_of_memory(e, params, run_dir)) is None: raise
+        if (failure := explained_failure(e, params, run_dir)) is None: raise
         sys.exit(f"python -m consistency_amp.training.train: error: {failure}")
     if trainer is None:                            # --resume of a complete run: nothing was trained (train_run said so)
         end_process_group()

@@ -17,13 +17,15 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..core import FALSE_WORDS, PAIRINGS, TRUE_WORDS, accept_both_spellings
-from .runs import resolve_path
+from ..files import complete_checkpoints
+from .runs import CHECKPOINTS_DIR, resolve_path
 from .train_params import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REWARDS,
                                                    TRAIN_TASKS, TrainParams, _coerce, as_params)
 
 # %% auto #0
-__all__ = ['WRITE_ERRNOS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'typed_trl_values', 'recipe', 'parse_args',
-           'without_flags', 'resume_argv', 'stopped_message', 'write_failure', 'out_of_memory', 'end_process_group']
+__all__ = ['WRITE_ERRNOS', 'RUN_WORDS', 'argument_parser', 'trl_parser', 'split_trl_fields', 'typed_trl_values', 'recipe',
+           'parse_args', 'without_flags', 'resume_argv', 'stopped_message', 'write_failure', 'out_of_memory',
+           'explained_failure', 'end_process_group']
 
 # %% ../../nbs/39_train_cli.ipynb #a800b6bf
 class _HelpAll(argparse.Action):
@@ -184,8 +186,8 @@ _ALSO_READS = (errno.EACCES, errno.EPERM)   # a read can fail so too (a model, t
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")        # how Rust's io::Error (safetensors) ends its message
 _TORCH_WRITER = ("inline_container.cc", "PytorchStreamWriter")   # torch.save's zip writer failed mid-file
 
-def write_failure(error: BaseException, folder) -> str | None:
-    "One line for `error` if it is a failed write under `folder` (which file, why, what to do), else None."
+def write_failure(error: BaseException, folder, resume: str = "--resume") -> str | None:
+    "One line for `error` if it is a failed write under `folder` (which file, why, what to do: `resume` is the command's flag that continues it), else None."
     text, code, path = str(error), getattr(error, "errno", None), getattr(error, "filename", None)
     inside = path is not None and Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
     if isinstance(error, OSError) and code in WRITE_ERRNOS and (inside or code not in _ALSO_READS): why = error.strerror
@@ -198,24 +200,32 @@ def write_failure(error: BaseException, folder) -> str | None:
     todo = "make room" if code in _NO_ROOM or code is None else f"make {folder} writable"
     return (f"could not write {path or f'a file under {folder}'}: {why}. Every file written before is intact (each is "
             "written under a temporary name, then renamed; a checkpoint cut off mid-write is skipped); "
-            f"{todo} and continue with the same command and --resume")
+            f"{todo} and continue with the same command and {resume}")
 
 # %% ../../nbs/39_train_cli.ipynb #ad821051
-def out_of_memory(error: BaseException, params: TrainParams, run_dir=None) -> str | None:
-    "One line for a GPU out-of-memory `error` (torch's `OutOfMemoryError`): what torch said, the checkpoint the run resumes from, and which settings free memory with a resume and which need a new run; else None."
+# how the spatial command continues a run, starts one again and names a new one (the pairs command has its own words)
+RUN_WORDS = dict(resume="--resume", restart="--resume starts it again", new_run="--run_name, or --overwrite")
+
+def out_of_memory(error: BaseException, settings, run_dir=None, words: dict = RUN_WORDS) -> str | None:
+    "One line for a GPU out-of-memory `error` (torch's `OutOfMemoryError`): what torch said, the checkpoint the run in `run_dir` resumes from, and which of its `settings` (a `TrainParams`, or the pairs command's `OTGRPOConfig`) free memory with a resume and which need a new run; else None."
     import torch
     if not isinstance(error, torch.OutOfMemoryError): return None
-    from consistency_amp.training.runs import last_checkpoint
-    newest = last_checkpoint(run_dir) if run_dir is not None and Path(run_dir).is_dir() else None
-    kept = f"resumes from {newest.name}" if newest else "has no checkpoint yet: --resume starts it again"
-    same = ([] if params.gradient_checkpointing is not False else ["--gradient_checkpointing true"]) + (
-            ["a smaller --vllm_gpu_memory_utilization"] if (params.trainer_args or {}).get("use_vllm") else [])
+    found = (complete_checkpoints(Path(run_dir) / CHECKPOINTS_DIR) or complete_checkpoints(run_dir)) if run_dir is not None else []
+    kept = f"resumes from {found[-1].name}" if found else f"has no checkpoint yet: {words['restart']}"
+    use_vllm = getattr(settings, "use_vllm", False) or (getattr(settings, "trainer_args", None) or {}).get("use_vllm")
+    same = ([] if settings.gradient_checkpointing is not False else ["--gradient_checkpointing true"]) + (
+            ["a smaller --vllm_gpu_memory_utilization"] if use_vllm else [])
     said = " ".join(str(error).split())[:300]
     return (f"out of GPU memory: {said}. The run is kept and {kept}. "
-            + (f"To resume with the same experiment: {' or '.join(same)}, and --resume. " if same else "")
-            + f"A new run (--run_name, or --overwrite) with fewer --pairs_per_device (now {params.pairs_per_device}), "
-            f"-K (now {params.num_generations}) or a shorter --max_completion_length (now {params.max_completion_length}) "
-            "needs less")
+            + (f"To resume with the same experiment: {' or '.join(same)}, and {words['resume']}. " if same else "")
+            + f"A new run ({words['new_run']}) with fewer --pairs_per_device (now {settings.pairs_per_device}), "
+            f"--num_generations (now {settings.num_generations}) or a shorter --max_completion_length (now "
+            f"{settings.max_completion_length}) needs less")
+
+# %% ../../nbs/39_train_cli.ipynb #d7a05e14
+def explained_failure(error: BaseException, settings, folder, words: dict = RUN_WORDS) -> str | None:
+    "The one line a training command prints for `error` where it can say what to do (a failed write under `folder`, the GPU out of memory; `words`: the command's flags), else None: the traceback stays."
+    return write_failure(error, folder, words["resume"]) or out_of_memory(error, settings, folder, words)
 
 # %% ../../nbs/39_train_cli.ipynb #cd1d8545
 def end_process_group() -> bool:

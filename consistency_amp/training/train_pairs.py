@@ -26,18 +26,21 @@ from .models import _HUB_ID, LORA_ALPHA, LORA_DROPOUT, LORA_R, find_model, load_
 from .run_callback import StopRequest, run_callback, stop_signal_of
 from .text_models import TINY_TEXT_MODEL, load_text_model, tiny_text_model_path
 from .train import machine_settings
-from .train_cli import end_process_group, without_flags
+from .train_cli import end_process_group, explained_failure, without_flags
 from .train_params import MODEL_ARGS, SET_BY_PARAMS, TrainParams, load_kwargs
 from .trainer import OT_GRPO_TAGS, OTGRPOConfig, OTGRPOTrainer
 
 PROG = "python -m consistency_amp.training.train_pairs"
+# how this command continues a run, starts one again and names a new one (train_cli.RUN_WORDS: the spatial command's)
+PAIRS_WORDS = dict(resume="--resume_from_checkpoint true", restart="the same command starts it again",
+                   new_run="another --output_dir")
 
 
 # %% auto #0
-__all__ = ['PROG', 'PAIR_FILE_BUILDERS', 'EXAMPLE_PAIRS', 'CARD_SETTINGS', 'CARD_METRICS', 'local_dataset', 'split_files',
-           'images_from', 'hub_pairs', 'load_pairs', 'pair_splits', 'is_vision_language', 'loader_kwargs',
-           'load_pair_model', 'script_defaults', 'PairsScriptArguments', 'pairs_parser', 'resume_value', 'finished_run',
-           'resume_command', 'pairs_model_card', 'main', 'cli']
+__all__ = ['PROG', 'PAIRS_WORDS', 'PAIR_FILE_BUILDERS', 'EXAMPLE_PAIRS', 'CARD_SETTINGS', 'CARD_METRICS', 'local_dataset',
+           'split_files', 'images_from', 'hub_pairs', 'load_pairs', 'pair_splits', 'is_vision_language',
+           'loader_kwargs', 'load_pair_model', 'script_defaults', 'PairsScriptArguments', 'pairs_parser',
+           'resume_value', 'finished_run', 'resume_command', 'pairs_model_card', 'main', 'cli']
 
 # %% ../../nbs/46_train_pairs.ipynb #20f6d765
 PAIR_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}   # datasets' packaged builders
@@ -269,6 +272,9 @@ def main(argv: list[str] | None = None) -> Path:
     try:
         with stop: result = trainer.train(resume_from_checkpoint=resume_value(config.resume_from_checkpoint))
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")   # an earlier run's checkpoints, a complete run
+    except Exception as e:                        # a full disk, the GPU's memory: what to change, in one line
+        if (line := explained_failure(e, config, config.output_dir, PAIRS_WORDS)) is None: raise
+        sys.exit(f"{PROG}: error: {line}")
     if signum := stop_signal_of(trainer):         # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
         step = trainer.state.global_step
         del trainer; end_process_group()
