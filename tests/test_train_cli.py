@@ -32,6 +32,7 @@ def test_model_config_flags_reach_the_adapter_and_the_record_and_a_second_stage_
                 "--lora_r", "8", "--lora_alpha", "16", "--lora_dropout", "0.0", "--lr_scheduler_type", "constant"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = tmp_path / "runs" / "cli"
+    assert "cli: complete, 1 step," in done.stdout and f"evaluate it: python -m consistency_amp.evaluation.evaluate --run {run_dir}" in done.stdout
     adapter = json.loads((run_dir / "adapter" / "adapter_config.json").read_text())
     assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"]) == (8, 16, 0.0)
     params = json.loads((run_dir / "params.json").read_text())

@@ -17,7 +17,7 @@ from .runs import (ADAPTER_CONFIG, ADAPTER_DIR, ADAPTER_WEIGHTS, checkpoint_step
 from .run_callback import REQUIRED_LOG_FIELDS   # light: transformers is imported on use
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'RunRecord', 'read_run', 'list_runs']
+__all__ = ['RUN_FILES', 'SUMMARY_FIELDS', 'RunRecord', 'read_run', 'list_runs', 'training_summary']
 
 # %% ../../nbs/37_run_records.ipynb #e094c04e
 @dataclass
@@ -139,3 +139,23 @@ def list_runs(runs: str | os.PathLike | None = None) -> list[RunRecord]:
     folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
                and any((p / f).exists() for f in RUN_FILES)]
     return [read_run(p) for p in sorted(folders)]
+
+# %% ../../nbs/37_run_records.ipynb #447db95a
+SUMMARY_FIELDS = ("reward", "reward_format", "reward_consistency", "reward_accuracy", "unparseable_rate")   # run_callback's names
+
+def training_summary(record: RunRecord, window: int = 10) -> str:
+    "A few lines on training run `record`: its state, steps and median time per step, each logged reward's mean over the first and the last `window` steps (at most half the run each), and the command that evaluates it."
+    import statistics
+    log = record.train_log
+    if not log: return f"{record.name}: {record.state}, no step logged"
+    k = max(1, min(window, len(log) // 2))
+    def mean(rows, name):
+        values = [r[name] for r in rows if isinstance(r.get(name), (int, float))]
+        return sum(values) / len(values) if values else None
+    moved = [f"{name} {a:.3f} -> {b:.3f}" for name in SUMMARY_FIELDS
+             if (a := mean(log[:k], name)) is not None and (b := mean(log[-k:], name)) is not None]
+    times = [r["step_time_s"] for r in log if isinstance(r.get("step_time_s"), (int, float))]
+    pace = f", {statistics.median(times):.2f} s a step (median)" if times else ""
+    return "\n".join([f"{record.name}: {record.state}, {record.last_step} step{'s' * (record.last_step != 1)}{pace}",
+                      f"mean of the first {k} and the last {k} step(s): " + ("; ".join(moved) or "no reward logged"),
+                      f"evaluate it: python -m consistency_amp.evaluation.evaluate --run {record.path}"])

@@ -283,7 +283,9 @@ def main(argv: list[str] | None = None) -> Path:
     if signum:                                     # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
         if rank0: print(stopped_message(params, signal.Signals(signum).name, argv, step), file=sys.stderr)
         sys.exit(128 + signum)
-    if rank0: print(f"run folder: {run_dir}")
+    if rank0:                                      # the run's numbers, printed as well as written, and what to run next
+        from consistency_amp.training.run_records import read_run, training_summary
+        print(f"run folder: {run_dir}\n{training_summary(read_run(run_dir))}")
     return run_dir
 
 # %% ../../nbs/45_train_entry.ipynb #00583d48
