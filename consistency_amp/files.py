@@ -104,10 +104,9 @@ def complete_checkpoints(folder) -> list[Path]:
 # %% ../nbs/01_files.ipynb #6d278101
 FLOCK_UNSUPPORTED = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)   # flock refused by the file system, not by a holder
 
-def os_file_lock(path: str | os.PathLike, timeout: float = -1,
-                 way_out: str = "use a folder on a file system that gives them: a local disk, Lustre mounted with "
-                                "-o flock, or NFS with its lock service", folder: str | os.PathLike | None = None):
-    "filelock's `FileLock` on `path` (an `flock` the OS drops when its process dies), once a probe in `folder` (default: `path`'s, on the same file system) shows that its file system gives `flock`; ValueError naming `folder` and `way_out` where it does not."
+def os_file_lock(path: str | os.PathLike, timeout: float = -1, setting: str = "it",
+                 folder: str | os.PathLike | None = None):
+    "filelock's `FileLock` on `path` (an `flock` the OS drops when its process dies), once a probe in `folder` (default: `path`'s, on the same file system) shows that its file system gives `flock`; ValueError naming `folder` and the `setting` that moves it where it does not."
     from filelock import FileLock
     folder = Path(path).parent if folder is None else Path(folder)
     try: import fcntl
@@ -117,7 +116,8 @@ def os_file_lock(path: str | os.PathLike, timeout: float = -1,
     except OSError as e:
         if e.errno not in FLOCK_UNSUPPORTED: raise
         raise ValueError(f"the file system of {folder} gives no file locks (flock: {e.strerror}), and one writer at a time "
-                         f"needs a lock that the OS drops when its process dies: {way_out}") from None
+                         f"needs a lock that the OS drops when its process dies: put {setting} on one that does (a local "
+                         "disk, Lustre mounted with -o flock, or NFS with its lock service)") from None
     finally:
         os.close(fd); os.unlink(probe)
     return FileLock(str(path), timeout=timeout)

@@ -340,7 +340,7 @@ def test_a_runs_folder_without_file_locks_is_refused_in_one_line(tmp_path):
         done, _, err = finish(start(lockless, "lockless", FAULT_NO_FLOCK=code))
         assert done == 1 and "Traceback" not in err, err[-3000:]
         assert f"the file system of {lockless} gives no file locks (flock: {os.strerror(code)})" in err, err[-2000:]
-        assert "give the runs folder a file system that gives them (runs_dir)" in err
+        assert "put the runs folder (runs_dir) on one that does" in err
         assert list(lockless.iterdir()) == []                   # no run folder, no staging folder, no probe
 
 

@@ -220,8 +220,7 @@ def launcher_lock(runs: Path):
     lock = runs / LOG_DIR / "launch.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     owner = lock.with_suffix(".pid")
-    file_lock = os_file_lock(lock, timeout=0, way_out="give --runs-dir a folder on a file system that gives them: a local "
-                             "disk, Lustre mounted with -o flock, or NFS with its lock service")
+    file_lock = os_file_lock(lock, timeout=0, setting="the runs folder (--runs-dir)")
     try: file_lock.acquire()       # released by the OS if this process dies, so no lock is ever stale
     except Timeout:
         try: pid = owner.read_text().split()[0]

@@ -47,9 +47,8 @@ def acquire_run_lock(run_dir: str | os.PathLike, writer: dict | None = None, wai
     from filelock import Timeout
     path = Path(run_dir) / LOCK_FILE
     if _key(path) in _HELD: return path
-    lock = os_file_lock(path, timeout=wait, folder=Path(run_dir).parent,   # the runs folder (a staging folder is in it)
-                        way_out="give the runs folder a file system that gives them (runs_dir): a local disk, Lustre "
-                                "mounted with -o flock, or NFS with its lock service")
+    lock = os_file_lock(path, timeout=wait, setting="the runs folder (runs_dir)",
+                        folder=Path(run_dir).parent)      # the runs folder (a staging folder is in it)
     try: lock.acquire()
     except Timeout:
         raise RunLockedError(
