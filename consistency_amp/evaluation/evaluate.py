@@ -169,12 +169,13 @@ def out_of_memory(error: BaseException, args: EvalArguments) -> str | None:
     "One line for a GPU out-of-memory `error` while answering with transformers' `generate` (torch's `OutOfMemoryError`): what torch said and the smaller `--batch_size` to give; else None."
     import torch
     if not isinstance(error, torch.OutOfMemoryError): return None
-    batch = args.batch_size or DEFAULT_BATCH_SIZE
-    engine = (" (a vLLM engine's memory is its gpu_memory_utilization: --vllm_engine_args '{\"gpu_memory_utilization\": 0.8}')"
-              if args.backend in VLLM_BACKENDS else "")
-    return (f"out of GPU memory: {' '.join(str(error).split())[:300]}. Answer in calls of fewer prompts: --batch_size "
-            f"{max(1, batch // 2)} (now {batch}){engine}. Groups kept at another batch are answered again: a batch changes "
-            "generate's padding, so it is part of a kept group's key")
+    engine = args.backend in VLLM_BACKENDS
+    batch = args.batch_size or (None if engine else DEFAULT_BATCH_SIZE)   # a vLLM engine's own: its max_num_seqs
+    fewer = f"--batch_size {max(1, batch // 2)} (now {batch})" if batch else "a --batch_size below the engine's max_num_seqs"
+    memory = " (a vLLM engine's memory is its gpu_memory_utilization: --vllm_engine_args '{\"gpu_memory_utilization\": 0.8}')" if engine else ""
+    return (f"out of GPU memory: {' '.join(str(error).split())[:300]}. Answer in calls of fewer prompts: {fewer}{memory}. "
+            "Groups kept at another batch are answered again: a batch changes generate's padding, so it is part of a kept "
+            "group's key")
 
 # %% ../../nbs/55_evaluate.ipynb #a7eebe76
 def cli(argv: list[str] | None = None) -> int:
