@@ -126,6 +126,8 @@ def test_run_folder_is_complete(executed):
     nb = nbformat.read(executed_nb, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert any("image/png" in o.get("data", {}) for o in outputs)      # the reward curves
+    printed = "".join(o.get("text", "") for o in outputs)
+    assert f"evaluate it: python -m consistency_amp.evaluation.evaluate --run {run}" in printed   # training_summary
 
 
 def test_adapter_folder_is_hub_ready_and_loads_elsewhere(executed, tmp_path):
