@@ -1083,6 +1083,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                                                                                                           'consistency_amp/training/image_features.py')},
             'consistency_amp.training.model_card': { 'consistency_amp.training.model_card._results_table': ( 'model_card.html#_results_table',
                                                                                                              'consistency_amp/training/model_card.py'),
+                                                     'consistency_amp.training.model_card._second_stage': ( 'model_card.html#_second_stage',
+                                                                                                            'consistency_amp/training/model_card.py'),
                                                      'consistency_amp.training.model_card._trained_on': ( 'model_card.html#_trained_on',
                                                                                                           'consistency_amp/training/model_card.py'),
                                                      'consistency_amp.training.model_card._trained_with': ( 'model_card.html#_trained_with',

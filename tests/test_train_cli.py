@@ -47,7 +47,8 @@ def test_model_config_flags_reach_the_adapter_and_the_record_and_a_second_stage_
     second_dir = tmp_path / "runs" / "second"
     assert json.loads((second_dir / "adapter" / "adapter_config.json").read_text())["r"] == 8   # the first run's LoRA
     assert json.loads((second_dir / "params.json").read_text())["adapter"] == str(run_dir / "adapter")
-    assert f"| adapter | {run_dir / 'adapter'} |" in (second_dir / "adapter" / "README.md").read_text()
+    card = (second_dir / "adapter" / "README.md").read_text()
+    assert f"| adapter | {run_dir / 'adapter'} |" in card and f"A second stage: training started from the adapter `{run_dir / 'adapter'}`" in card
 
 
 def test_help_all_lists_trl_flags(tmp_path):

@@ -51,6 +51,11 @@ def _trained_on(params: dict) -> str:
     return (f"the {params['task']} task of {params['source']}" if params["reward"] in ("consistency", "accuracy")
             else f"the training images of {params['source']}")
 
+# %% ../../nbs/36_model_card.ipynb #af94ebda
+def _second_stage(params: dict) -> str:
+    return (f" A second stage: training started from the adapter `{params['adapter']}` (its LoRA settings and weights), "
+            "not from a new LoRA." if params.get("adapter") else "")
+
 # %% ../../nbs/36_model_card.ipynb #f4f64df0
 def model_card(run_dir) -> str:
     "The model card of the run in `run_dir`: Hub metadata, the paper, the training parameters, how to load it, its results."
@@ -64,7 +69,7 @@ def model_card(run_dir) -> str:
     body = f"""# {run_dir.name}
 
 A LoRA adapter on `{params['model']}`, trained with {_trained_with(params)} ({reward}) on {_trained_on(params)}, by consistency_amp, the companion of
-*{PAPER['title']}* ({PAPER['venue']}).
+*{PAPER['title']}* ({PAPER['venue']}).{_second_stage(params)}
 
 ## Training
 
