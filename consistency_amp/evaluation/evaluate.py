@@ -157,10 +157,14 @@ def argument_parser():
 
 # %% ../../nbs/55_evaluate.ipynb #268d13f2
 def main(argv: list[str] | None = None) -> Path:
-    "Entry point: parse, check, evaluate, print the results file."
+    "Entry point: parse, check, evaluate, leave the process group under torchrun, print the results file."
     (args,) = argument_parser().parse_args_into_dataclasses(argv)
     print(describe(args), flush=True)
     written = evaluate_from(args)
+    # under torchrun: leave the process group `held_out.process_group` started before the interpreter's teardown, where
+    # gloo's threads aborted one rank ("terminate called without an active exception", CI 2026-11-29), as training does
+    from consistency_amp.training.train_cli import end_process_group
+    end_process_group()
     print(f"wrote {written}")
     return written
 
