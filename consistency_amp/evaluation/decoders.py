@@ -10,7 +10,7 @@ from typing import Sequence
 from ..core import PAPER_SETTINGS, check_int
 
 # %% auto #0
-__all__ = ['DEFAULT_MAX_NEW_TOKENS', 'GreedyDecoder']
+__all__ = ['DEFAULT_MAX_NEW_TOKENS', 'GreedyDecoder', 'fewer_prompts']
 
 # %% ../../nbs/48_decoders.ipynb #cf339691
 DEFAULT_MAX_NEW_TOKENS = PAPER_SETTINGS["max_completion_length"]   # training's completion length, the same for every model
@@ -66,3 +66,15 @@ class GreedyDecoder:
         finally:
             if training: self.model.train()
         return self.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+# %% ../../nbs/48_decoders.ipynb #420ce9c3
+def fewer_prompts(error: BaseException, batch_size: int | None, engine: bool = False) -> str | None:
+    "One line for a GPU out-of-memory `error` (torch's `OutOfMemoryError`) while answering `batch_size` prompts per call (None: a vLLM `engine`'s own, its max_num_seqs): what torch said and the `--batch_size` to give instead; else None."
+    import torch
+    if not isinstance(error, torch.OutOfMemoryError): return None
+    if batch_size == 1: fewer = "one prompt per call is already too many: fewer --max_new_tokens, or a GPU with more memory"
+    elif batch_size: fewer = f"answer in calls of fewer prompts: --batch_size {batch_size // 2} (now {batch_size})"
+    else: fewer = "answer in calls of fewer prompts: a --batch_size below the engine's max_num_seqs"
+    # a vLLM engine takes its memory up front, as a share of the GPU: that share is the other knob
+    memory = " (a vLLM engine's memory is its gpu_memory_utilization: --vllm_engine_args '{\"gpu_memory_utilization\": 0.8}')" if engine else ""
+    return f"out of GPU memory: {' '.join(str(error).split())[:300]}. {fewer[0].upper()}{fewer[1:]}{memory}"

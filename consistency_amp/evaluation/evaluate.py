@@ -18,7 +18,7 @@ from ..core import DEFAULT_MODEL, TINY_MODEL, help_field, read_bool, read_json_o
 from .held_out import VLLM_BACKENDS, check_backend, DEFAULT_BATCH_SIZE, EVAL_SOURCES, check_eval_params
 from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model, evaluate_run,
                                                         model_run_name, not_a_run)
-from .decoders import DEFAULT_MAX_NEW_TOKENS
+from .decoders import DEFAULT_MAX_NEW_TOKENS, fewer_prompts
 from ..files import resolve_path
 from ..training.runs import PARAMS_FILE, read_json, run_path
 from ..training.runs import runs_dir as resolve_runs_dir
@@ -170,16 +170,11 @@ def main(argv: list[str] | None = None) -> Path:
 
 # %% ../../nbs/55_evaluate.ipynb #ba543d74
 def out_of_memory(error: BaseException, args: EvalArguments) -> str | None:
-    "One line for a GPU out-of-memory `error` while answering with transformers' `generate` (torch's `OutOfMemoryError`): what torch said and the smaller `--batch_size` to give; else None."
-    import torch
-    if not isinstance(error, torch.OutOfMemoryError): return None
+    "One line for a GPU out-of-memory `error` while answering (torch's `OutOfMemoryError`): `decoders.fewer_prompts`' line for this command's batch, and what a new batch means for the groups kept; else None."
     engine = args.backend in VLLM_BACKENDS
-    batch = args.batch_size or (None if engine else DEFAULT_BATCH_SIZE)   # a vLLM engine's own: its max_num_seqs
-    fewer = f"--batch_size {max(1, batch // 2)} (now {batch})" if batch else "a --batch_size below the engine's max_num_seqs"
-    memory = " (a vLLM engine's memory is its gpu_memory_utilization: --vllm_engine_args '{\"gpu_memory_utilization\": 0.8}')" if engine else ""
-    return (f"out of GPU memory: {' '.join(str(error).split())[:300]}. Answer in calls of fewer prompts: {fewer}{memory}. "
-            "Groups kept at another batch are answered again: a batch changes generate's padding, so it is part of a kept "
-            "group's key")
+    line = fewer_prompts(error, args.batch_size or (None if engine else DEFAULT_BATCH_SIZE), engine)   # vLLM: the engine's own
+    return line and (f"{line}. Groups kept at another batch are answered again: a batch changes generate's padding, so it "
+                     "is part of a kept group's key")
 
 # %% ../../nbs/55_evaluate.ipynb #a7eebe76
 def cli(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from ..core import DEFAULT_MODEL, help_field, read_json_object
 from ..files import write_atomically
-from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder
+from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder, fewer_prompts
 from .held_out import DEFAULT_BATCH_SIZE, VLLM_BACKENDS, check_backend, prompts_per_call, results_table
 from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
@@ -118,7 +118,7 @@ def pair_answerer(model_args, adapter: str | None = None, backend: str = "transf
 PROG = "python -m consistency_amp.evaluation.pair_evaluation"
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    "Entry point of `python -m consistency_amp.evaluation.pair_evaluation`: load the split and the model (and adapter), answer, print the table, write the JSON if asked; the summary rows."
+    "Entry point of `python -m consistency_amp.evaluation.pair_evaluation`: load the split and the model (and adapter), answer, print the table, write the JSON if asked; the summary rows. Bad parameters and the GPU out of memory end in one line (`decoders.fewer_prompts`: the `--batch_size` to give)."
     from trl import ModelConfig, TrlParser
     parser = TrlParser((PairEvalArguments, ModelConfig), prog=PROG)
     parser.set_defaults(model_name_or_path=DEFAULT_MODEL, dtype="auto", use_peft=True)   # the loaders' LoRA, as train_pairs
@@ -131,7 +131,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         data = load_pairs(args.dataset_name, args.dataset_config)
         if args.split not in data: raise ValueError(f"--split {args.split!r}: the dataset has no such split; it has {', '.join(sorted(data))}")
         model, processing_class = pair_answerer(model_args, args.adapter, args.backend, args.max_new_tokens, engine_args, progress=True)
-        summary, records = evaluate_pairs(model, processing_class, data[args.split], args.max_new_tokens, args.batch_size)
+        try: summary, records = evaluate_pairs(model, processing_class, data[args.split], args.max_new_tokens, args.batch_size)
+        except Exception as e:                   # the GPU out of memory while answering: the batch to give, in one line
+            import torch
+            if not isinstance(e, torch.OutOfMemoryError): raise
+            sys.exit(f"{PROG}: error: {fewer_prompts(e, prompts_per_call(model, args.batch_size), args.backend in VLLM_BACKENDS)}")
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")
     if args.output_file:
         result = dict(dataset=args.dataset_name, split=args.split, model=model_args.model_name_or_path, adapter=args.adapter,
