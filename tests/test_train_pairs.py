@@ -1,7 +1,8 @@
 """`python -m consistency_amp.training.train_pairs` through the real command line, where a notebook cannot go: a
 signal stops it after the step with a checkpoint and the line that resumes it, the resumed run finishes with no step
 logged twice, and `torchrun` runs it in two processes (nbs/46_train_pairs.ipynb has the rest). The GPU out of memory
-(raised in a step) ends in one line with this command's flags, and the run resumes from its checkpoint."""
+(raised in a step) ends in one line with this command's flags, and the run resumes from its checkpoint. Each end is
+in status.json: interrupted (with the signal), failed (with the line), complete."""
 import json
 import os
 import shutil
@@ -35,6 +36,12 @@ def logged_steps(out: Path) -> list[int]:
     return [json.loads(line)["step"] for line in log.read_text().splitlines()] if log.is_file() else []
 
 
+def status(out: Path, *keys: str) -> dict:
+    "The state, step and `keys` (stopped_by by default) of the run's status.json."
+    written = json.loads((out / "status.json").read_text())
+    return {k: written.get(k) for k in ("state", "step", *(keys or ("stopped_by",)))}
+
+
 def test_sigterm_stops_with_a_checkpoint_and_the_printed_command_resumes(text_pairs, tmp_path):
     command = [sys.executable, "-m", "consistency_amp.training.train_pairs", *text_pairs, "--max_steps", "40"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=environment(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -46,6 +53,7 @@ def test_sigterm_stops_with_a_checkpoint_and_the_printed_command_resumes(text_pa
     step = logged_steps(tmp_path / "out")[-1]
     assert step < 40 and (tmp_path / "out" / f"checkpoint-{step}").is_dir()
     assert not (tmp_path / "out" / "adapter_config.json").exists()          # no final adapter from a stopped run
+    assert status(tmp_path / "out") == dict(state="interrupted", step=step, stopped_by="SIGTERM")
     line = next(l for l in err.splitlines() if l.startswith(f"stopped by SIGTERM at step {step} with a checkpoint"))
     resume = line.split("Resume with: ")[1].split("   (under torchrun")[0]
     assert resume.startswith("python -m consistency_amp.training.train_pairs ") and resume.endswith("--resume_from_checkpoint true")
@@ -55,6 +63,8 @@ def test_sigterm_stops_with_a_checkpoint_and_the_printed_command_resumes(text_pa
     assert done.returncode == 0, done.stderr[-3000:]
     assert logged_steps(tmp_path / "out") == list(range(1, 41))          # each step once, the stopped one included
     assert (tmp_path / "out" / "adapter_model.safetensors").is_file()
+    assert status(tmp_path / "out", "adapter") == dict(state="complete", step=40, adapter=str(tmp_path / "out"))
+    assert "out: complete, 40 steps" in done.stdout and "evaluate it: python -m consistency_amp.evaluation.pair_evaluation " in done.stdout
 
 
 def test_two_processes_under_torchrun(text_pairs, tmp_path):
@@ -109,6 +119,8 @@ def test_out_of_memory_says_what_to_change_and_the_run_resumes(text_pairs, tmp_p
     assert line.startswith("python -m consistency_amp.training.train_pairs: error: out of GPU memory: CUDA out of memory."), line
     assert "resumes from checkpoint-2" in line and "--gradient_checkpointing true, and --resume_from_checkpoint true" in line
     assert "A new run (another --output_dir) with fewer --pairs_per_device (now 1), --num_generations (now 2)" in line
+    assert status(tmp_path / "out", "error") == dict(state="failed", step=2, error=line.split(": error: ", 1)[1])
     monkeypatch.setattr(OTGRPOTrainer, "training_step", training_step)
     train_pairs.main([*flags, "--resume_from_checkpoint", "true"])
     assert logged_steps(tmp_path / "out") == [1, 2, 3, 4] and (tmp_path / "out" / "adapter_model.safetensors").is_file()
+    assert status(tmp_path / "out", "error") == dict(state="complete", step=4, error=None)   # the failure's line is gone

@@ -143,8 +143,8 @@ def list_runs(runs: str | os.PathLike | None = None) -> list[RunRecord]:
 # %% ../../nbs/37_run_records.ipynb #447db95a
 SUMMARY_FIELDS = ("reward", "reward_format", "reward_consistency", "reward_accuracy", "unparseable_rate")   # run_callback's names
 
-def training_summary(record: RunRecord, window: int = 10) -> str:
-    "A few lines on training run `record`: its state, steps and median time per step, each logged reward's mean over the first and the last `window` steps (at most half the run each), and the command that evaluates it."
+def training_summary(record: RunRecord, window: int = 10, evaluate_with: str | None = None) -> str:
+    "A few lines on training run `record`: its state, steps and median time per step, each logged reward's mean over the first and the last `window` steps (at most half the run each), and the command that evaluates it (`evaluate_with`; default: the spatial evaluation of the run)."
     import statistics
     log = record.train_log
     if not log: return f"{record.name}: {record.state}, no step logged"
@@ -158,4 +158,4 @@ def training_summary(record: RunRecord, window: int = 10) -> str:
     pace = f", {statistics.median(times):.2f} s a step (median)" if times else ""
     return "\n".join([f"{record.name}: {record.state}, {record.last_step} step{'s' * (record.last_step != 1)}{pace}",
                       f"mean of the first {k} and the last {k} step(s): " + ("; ".join(moved) or "no reward logged"),
-                      f"evaluate it: python -m consistency_amp.evaluation.evaluate --run {record.path}"])
+                      f"evaluate it: {evaluate_with or f'python -m consistency_amp.evaluation.evaluate --run {record.path}'}"])

@@ -24,6 +24,8 @@ from ..reward.paired_data import IMAGE_COLUMNS, check_paired_dataset
 from .model_card import portable_base
 from .models import _HUB_ID, LORA_ALPHA, LORA_DROPOUT, LORA_R, find_model, load_model
 from .run_callback import StopRequest, run_callback, stop_signal_of
+from .run_records import read_run, training_summary
+from .runs import write_status
 from .text_models import TINY_TEXT_MODEL, load_text_model, tiny_text_model_path
 from .train import machine_settings
 from .train_cli import end_process_group, explained_failure, without_flags
@@ -40,7 +42,8 @@ PAIRS_WORDS = dict(resume="--resume_from_checkpoint true", restart="the same com
 __all__ = ['PROG', 'PAIRS_WORDS', 'PAIR_FILE_BUILDERS', 'EXAMPLE_PAIRS', 'CARD_SETTINGS', 'CARD_METRICS', 'local_dataset',
            'split_files', 'images_from', 'hub_pairs', 'load_pairs', 'pair_splits', 'is_vision_language',
            'loader_kwargs', 'load_pair_model', 'script_defaults', 'PairsScriptArguments', 'pairs_parser',
-           'resume_value', 'finished_run', 'resume_command', 'pairs_model_card', 'main', 'cli']
+           'resume_value', 'finished_run', 'resume_command', 'pairs_model_card', 'record_end',
+           'pair_evaluation_command', 'main', 'cli']
 
 # %% ../../nbs/46_train_pairs.ipynb #20f6d765
 PAIR_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}   # datasets' packaged builders
@@ -250,9 +253,23 @@ model, processing_class = {loader}("{base}", adapter="path/to/{Path(output_dir).
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}"))
 
 
+# %% ../../nbs/46_train_pairs.ipynb #02cd526a
+def record_end(config, trainer, state: str, **extra) -> None:
+    "Write how the run in `config.output_dir` ended (`state`, at the trainer's step, with `extra`) to its status.json, from the main process."
+    if config.process_index != 0: return
+    try: write_status(config.output_dir, state, trainer.state.global_step, **extra)
+    except OSError: pass                          # the disk that failed the run may fail this too: the first error counts
+
+# %% ../../nbs/46_train_pairs.ipynb #d0f9aaf3
+def pair_evaluation_command(output_dir, model: str, dataset: str, dataset_config: str | None, split: str | None) -> str:
+    "The command that scores the adapter in `output_dir` on `split` of the pairs (None: a split to name, kept apart from training)."
+    flags = ["--model_name_or_path", model, "--adapter", os.fspath(output_dir), "--dataset_name", dataset,
+             *(["--dataset_config", dataset_config] if dataset_config else []), "--split", split or "SPLIT_KEPT_APART"]
+    return f"python -m consistency_amp.evaluation.pair_evaluation {shlex.join(flags)}"
+
 # %% ../../nbs/46_train_pairs.ipynb #4b5e7cfd
 def main(argv: list[str] | None = None) -> Path:
-    "Entry point of `python -m consistency_amp.training.train_pairs` (and `consistency-amp-train-pairs`): parse, load and check the pairs and the model, train, save the adapter and its model card, score the test split if it was watched; a signal stops it after the step with a checkpoint, a line saying how to resume, and exit 128 + its number."
+    "Entry point of `python -m consistency_amp.training.train_pairs` (and `consistency-amp-train-pairs`): parse, load and check the pairs and the model, train, save the adapter and its model card, score the test split if it was watched, record how the run ended in status.json and print what it trained; a signal stops it after the step with a checkpoint, a line saying how to resume, and exit 128 + its number."
     console_logging()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -271,28 +288,38 @@ def main(argv: list[str] | None = None) -> Path:
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")
     try:
         with stop: result = trainer.train(resume_from_checkpoint=resume_value(config.resume_from_checkpoint))
+        if signum := stop_signal_of(trainer):     # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
+            step = trainer.state.global_step
+            record_end(config, trainer, "interrupted", stopped_by=signal.Signals(signum).name)
+            del trainer; end_process_group()
+            if config.process_index == 0:
+                print(f"stopped by {signal.Signals(signum).name} at step {step} with a checkpoint in {config.output_dir}. Resume "
+                      f"with: {resume_command(argv)}   (under torchrun: the same launch with --resume_from_checkpoint true)", file=sys.stderr)
+            sys.exit(128 + signum)
+        trainer.log_metrics("train", result.metrics)
+        trainer.save_model(config.output_dir)     # the LoRA adapter, as every TRL trainer saves it
+        metrics = None
+        if held_out is not None:                  # the watched split, scored once more by the trained adapter
+            metrics = trainer.evaluate()
+            trainer.log_metrics("eval", metrics); trainer.save_metrics("eval", metrics)
+        if config.process_index == 0:             # the base by the name it was given (peft records the folder it loaded)
+            portable_base(config.output_dir, model_args.model_name_or_path)
+            card = pairs_model_card(config.output_dir, model_args.model_name_or_path, script_args.dataset_name, config, metrics)
+            (Path(config.output_dir) / "README.md").write_text(card)   # in place of the checkpoints' card (nb 29)
+        record_end(config, trainer, "complete", adapter=str(config.output_dir))   # after the adapter: complete means it is there
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")   # an earlier run's checkpoints, a complete run
+    except KeyboardInterrupt:                     # a second Ctrl-C: stopped at once, resumable from its newest checkpoint
+        record_end(config, trainer, "interrupted", stopped_by="SIGINT (twice: at once)"); raise
     except Exception as e:                        # a full disk, the GPU's memory: what to change, in one line
-        if (line := explained_failure(e, config, config.output_dir, PAIRS_WORDS)) is None: raise
+        line = explained_failure(e, config, config.output_dir, PAIRS_WORDS)
+        record_end(config, trainer, "failed", error=(line or f"{type(e).__name__}: {e}")[:2000])
+        if line is None: raise
         sys.exit(f"{PROG}: error: {line}")
-    if signum := stop_signal_of(trainer):         # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
-        step = trainer.state.global_step
-        del trainer; end_process_group()
-        if config.process_index == 0:
-            print(f"stopped by {signal.Signals(signum).name} at step {step} with a checkpoint in {config.output_dir}. Resume "
-                  f"with: {resume_command(argv)}   (under torchrun: the same launch with --resume_from_checkpoint true)", file=sys.stderr)
-        sys.exit(128 + signum)
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_model(config.output_dir)         # the LoRA adapter, as every TRL trainer saves it
-    metrics = None
-    if held_out is not None:                      # the watched split, scored once more by the trained adapter
-        metrics = trainer.evaluate()
-        trainer.log_metrics("eval", metrics); trainer.save_metrics("eval", metrics)
-    if config.process_index == 0:                 # the base by the name it was given (peft records the folder it loaded)
-        portable_base(config.output_dir, model_args.model_name_or_path)
-        card = pairs_model_card(config.output_dir, model_args.model_name_or_path, script_args.dataset_name, config, metrics)
-        (Path(config.output_dir) / "README.md").write_text(card)   # in place of the checkpoints' card (nb 29)
+    if config.process_index == 0:
         print(f"adapter and model card: {config.output_dir}")
+        test_split = script_args.dataset_test_split if script_args.dataset_test_split in data else None
+        print(training_summary(read_run(config.output_dir), evaluate_with=pair_evaluation_command(
+            config.output_dir, model_args.model_name_or_path, script_args.dataset_name, script_args.dataset_config, test_split)))
     del trainer; end_process_group()
     return Path(config.output_dir)
 
