@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,18 +16,20 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..core import DEFAULT_MODEL, help_field, read_json_object
+from ..core import DEFAULT_MODEL, check_int, help_field, read_json_object
 from ..files import write_atomically
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder, fewer_prompts
 from .held_out import DEFAULT_BATCH_SIZE, VLLM_BACKENDS, check_backend, prompts_per_call, results_table
 from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
+from ..training.adapter_files import check_adapter
 from ..training.paired_sampler import pair_key
 from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
 from ..training.paired_sampler import PairedPromptDataset
 
 # %% auto #0
-__all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'pair_answerer', 'main', 'cli']
+__all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'check_output_file', 'pair_answerer',
+           'main', 'cli']
 
 # %% ../../nbs/53_pair_evaluation.ipynb #e0455ded
 def _prompt_row(row: dict) -> dict:
@@ -99,6 +102,23 @@ class PairEvalArguments:
                                              "(the adapter folded into a copy of the weights) or vllm-lora (vLLM's LoRA kernels): pip install \"consistency_amp[vllm]\".")
     vllm_engine_args: str | None = help_field(None, "With a vllm backend: more vllm.LLM keywords, a JSON object, e.g. '{\"enforce_eager\": true}'.")
 
+    def __post_init__(self):                      # named before the pairs and the model load (minutes for a 7B model)
+        check_int("max_new_tokens", self.max_new_tokens, 1); check_int("batch_size", self.batch_size, 1, allow_none=True)
+        if self.adapter is not None: check_adapter(self.adapter)   # both files read, as loading reads them
+
+
+# %% ../../nbs/53_pair_evaluation.ipynb #a5af617e
+def check_output_file(path) -> Path | None:
+    "`--output_file`, checked before anything is answered (None: print only): an existing file is refused, and its folder is made and must take a file, so that the answers of a long evaluation are not lost at the end."
+    if path is None: return None
+    path = Path(path)
+    if path.exists(): raise FileExistsError(f"--output_file {path} exists: give another path, or delete it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.probe"): pass
+    except OSError as e:
+        raise ValueError(f"--output_file {path}: cannot write in {path.parent} ({e.strerror}): give a path in a writable folder") from None
+    return path
 
 # %% ../../nbs/53_pair_evaluation.ipynb #cd80d26c
 def pair_answerer(model_args, adapter: str | None = None, backend: str = "transformers",
@@ -124,8 +144,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.set_defaults(model_name_or_path=DEFAULT_MODEL, dtype="auto", use_peft=True)   # the loaders' LoRA, as train_pairs
     try:
         args, model_args = parser.parse_args_and_config(argv)
-        if args.output_file and Path(args.output_file).exists():
-            raise FileExistsError(f"--output_file {args.output_file} exists: give another path, or delete it")
+        check_output_file(args.output_file)
         engine_args = read_json_object("vllm_engine_args", args.vllm_engine_args)
         check_backend(args.backend, engine_args)   # before the pairs load
         data = load_pairs(args.dataset_name, args.dataset_config)
@@ -141,7 +160,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         result = dict(dataset=args.dataset_name, split=args.split, model=model_args.model_name_or_path, adapter=args.adapter,
                       max_new_tokens=args.max_new_tokens, backend=args.backend, summary=summary, records=records)
         Path(args.output_file).parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(Path(args.output_file), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=1) + "\n"), overwrite=False)
+        try: write_atomically(Path(args.output_file), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=1) + "\n"), overwrite=False)
+        except OSError as e:                      # checked writable at the start; a disk can fill since
+            sys.exit(f"{PROG}: error: could not write --output_file {args.output_file} ({e.strerror or e}); the table above holds the scores")
         print(f"results: {args.output_file}")
     return summary
 
