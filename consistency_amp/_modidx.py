@@ -403,6 +403,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                        'consistency_amp.files.repo_root': ('files.html#repo_root', 'consistency_amp/files.py'),
                                        'consistency_amp.files.resolve_path': ('files.html#resolve_path', 'consistency_amp/files.py'),
                                        'consistency_amp.files.utc_now': ('files.html#utc_now', 'consistency_amp/files.py'),
+                                       'consistency_amp.files.writable_folder': ('files.html#writable_folder', 'consistency_amp/files.py'),
                                        'consistency_amp.files.write_atomically': ( 'files.html#write_atomically',
                                                                                    'consistency_amp/files.py')},
             'consistency_amp.grid.launcher': { 'consistency_amp.grid.launcher._accelerate_setup': ( 'launcher.html#_accelerate_setup',

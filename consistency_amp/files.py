@@ -16,7 +16,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['CACHE_ENV', 'CHECKPOINT_RE', 'TRAINER_STATE_FILE', 'FLOCK_UNSUPPORTED', 'repo_root', 'resolve_path', 'cache_dir',
-           'utc_now', 'write_atomically', 'cut_off_file', 'complete_checkpoints', 'os_file_lock', 'build_once']
+           'utc_now', 'write_atomically', 'writable_folder', 'cut_off_file', 'complete_checkpoints', 'os_file_lock',
+           'build_once']
 
 # %% ../nbs/01_files.ipynb #4614a308
 def repo_root(start: str | os.PathLike | None = None) -> Path | None:
@@ -70,6 +71,17 @@ def write_atomically(path: str | os.PathLike, write, overwrite: bool = True) -> 
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
+
+# %% ../nbs/01_files.ipynb #1a3b67d7
+def writable_folder(folder: str | os.PathLike, setting: str) -> Path:
+    "`folder`, made if needed, once a probe file was written in it and removed; else a ValueError naming `setting` (the parameter that chooses it)."
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"): pass
+    except OSError as e:
+        raise ValueError(f"{setting} {folder}: cannot write there ({e.strerror or e}); give a folder you can write") from None
+    return folder
 
 # %% ../nbs/01_files.ipynb #a9fc9a11
 def _safetensors_whole(path: Path) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..core import DEFAULT_MODEL, check_int, help_field, read_json_object
-from ..files import write_atomically
+from ..files import writable_folder, write_atomically
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder, fewer_prompts
 from .held_out import DEFAULT_BATCH_SIZE, VLLM_BACKENDS, check_backend, prompts_per_call, results_table
 from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
@@ -113,11 +112,7 @@ def check_output_file(path) -> Path | None:
     if path is None: return None
     path = Path(path)
     if path.exists(): raise FileExistsError(f"--output_file {path} exists: give another path, or delete it")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.probe"): pass
-    except OSError as e:
-        raise ValueError(f"--output_file {path}: cannot write in {path.parent} ({e.strerror}): give a path in a writable folder") from None
+    writable_folder(path.parent, "--output_file's folder")
     return path
 
 # %% ../../nbs/53_pair_evaluation.ipynb #cd80d26c

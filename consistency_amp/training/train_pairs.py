@@ -19,9 +19,10 @@ from datasets.exceptions import DatasetGenerationError
 from trl import ScriptArguments
 
 from ..core import FALSE_WORDS, PAPER, TRUE_WORDS, console_logging, help_field
-from ..files import resolve_path
+from ..files import resolve_path, writable_folder
 from ..reward.paired_data import IMAGE_COLUMNS, check_paired_dataset
 from .model_card import portable_base
+from .adapter_files import check_adapter
 from .models import _HUB_ID, LORA_ALPHA, LORA_DROPOUT, LORA_R, find_model, load_model
 from .run_callback import StopRequest, run_callback, stop_signal_of
 from .run_records import read_run, training_summary
@@ -281,6 +282,8 @@ def main(argv: list[str] | None = None) -> Path:
         data = load_pairs(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
         train, held_out = pair_splits(data, script_args.dataset_train_split, script_args.dataset_test_split,
                                       evaluate=config.eval_strategy != "no")
+        if script_args.adapter is not None: check_adapter(script_args.adapter)   # its files, before the base loads
+        writable_folder(config.output_dir, "--output_dir")   # the adapter is written at the end: refused now, not then
         model, processing_class = load_pair_model(model_args, script_args.adapter)
         stop = StopRequest()
         trainer = OTGRPOTrainer(model, config, train, processing_class=processing_class, eval_dataset=held_out,
