@@ -77,4 +77,4 @@ def fewer_prompts(error: BaseException, batch_size: int | None, engine: bool = F
     else: fewer = "answer in calls of fewer prompts: a --batch_size below the engine's max_num_seqs"
     # a vLLM engine takes its memory up front, as a share of the GPU: that share is the other knob
     memory = " (a vLLM engine's memory is its gpu_memory_utilization: --vllm_engine_args '{\"gpu_memory_utilization\": 0.8}')" if engine else ""
-    return f"out of GPU memory: {' '.join(str(error).split())[:300]}. {fewer[0].upper()}{fewer[1:]}{memory}"
+    return f"out of GPU memory: {' '.join(str(error).split())[:300].rstrip('.')}. {fewer[0].upper()}{fewer[1:]}{memory}"

@@ -5,7 +5,9 @@
 # %% ../../nbs/53_pair_evaluation.ipynb #e5b2217e
 from __future__ import annotations
 
+import hashlib
 import json
+import signal
 import sys
 import warnings
 from collections import defaultdict
@@ -18,8 +20,9 @@ from tqdm import tqdm
 from ..core import DEFAULT_MODEL, check_int, help_field, read_json_object
 from ..files import writable_folder, write_atomically
 from .decoders import DEFAULT_MAX_NEW_TOKENS, GreedyDecoder, fewer_prompts
-from .held_out import DEFAULT_BATCH_SIZE, VLLM_BACKENDS, check_backend, prompts_per_call, results_table
-from ..reward.paired_data import TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
+from .held_out import (DEFAULT_BATCH_SIZE, VLLM_BACKENDS, check_backend, code_digest, prompts_per_call,
+                                                results_table, weights_digest)
+from ..reward.paired_data import IMAGE_COLUMNS, TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.adapter_files import check_adapter
 from ..training.paired_sampler import pair_key
@@ -27,8 +30,44 @@ from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
 from ..training.paired_sampler import PairedPromptDataset
 
 # %% auto #0
-__all__ = ['PROG', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'PairEvalArguments', 'check_output_file', 'pair_answerer',
-           'main', 'cli']
+__all__ = ['PROG', 'pairs_digest', 'pair_answers_key', 'kept_answers', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs',
+           'PairEvalArguments', 'check_output_file', 'kept_answers_file', 'pair_answerer', 'main', 'cli']
+
+# %% ../../nbs/53_pair_evaluation.ipynb #44a8d03b
+def _digestible(value):
+    "A JSON stand-in for what json cannot write: bytes (an image file's) and decoded images by their digest."
+    if isinstance(value, bytes): return hashlib.sha256(value).hexdigest()
+    if callable(getattr(value, "tobytes", None)): return hashlib.sha256(value.tobytes()).hexdigest()   # a PIL image
+    return repr(value)
+
+def pairs_digest(pairs) -> str:
+    "A digest of every row of the paired dataset `pairs`, each image column undecoded (an image's file path, else its bytes)."
+    from datasets import Image
+    for column in IMAGE_COLUMNS:
+        if isinstance(pairs.features.get(column), Image): pairs = pairs.cast_column(column, Image(decode=False))
+    digest = hashlib.sha256()
+    for row in pairs: digest.update(json.dumps(row, sort_keys=True, default=_digestible).encode())
+    return digest.hexdigest()[:16]
+
+def pair_answers_key(settings: dict, pairs) -> str:
+    "The key of the answers to `pairs` under the decoding `settings` (model, adapter and its weights, backend, batch, ...), with this package's code."
+    blob = json.dumps(dict(settings, pairs=pairs_digest(pairs), code=code_digest()), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+# %% ../../nbs/53_pair_evaluation.ipynb #ea0529bf
+def kept_answers(path, key: str) -> list[str]:
+    "The completions stored in the JSON-lines file `path` under `key` (its first line; each later line: one call's completions) up to a line cut off; [] where there is no such file or its key differs."
+    try: lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError): return []
+    texts = []
+    for i, line in enumerate(lines):
+        try: value = json.loads(line)
+        except ValueError: break                  # a line cut off by a kill: the lines before it are whole
+        if i == 0 and not (isinstance(value, dict) and value.get("key") == key): return []
+        if i > 0:
+            if not (isinstance(value, dict) and isinstance(value.get("texts"), list)): break
+            texts += value["texts"]
+    return texts
 
 # %% ../../nbs/53_pair_evaluation.ipynb #e0455ded
 def _prompt_row(row: dict) -> dict:
@@ -37,16 +76,26 @@ def _prompt_row(row: dict) -> dict:
     from trl.data_utils import prepare_multimodal_messages
     return dict(row, prompt=prepare_multimodal_messages(row["prompt"], images=[row["image"]]))
 
-def answer_pairs(completer, pairs, batch_size: int | None = None, progress: bool = False) -> list[dict]:
-    "One record per pair of the paired dataset `pairs`: both completions, parsed answers, labels and scores; `completer.complete(rows)` answers, `prompts_per_call(completer, batch_size)` rows at a time (a vLLM engine: what it schedules at once)."
+def answer_pairs(completer, pairs, batch_size: int | None = None, progress: bool = False, keep_in=None,
+                 key: str | None = None) -> list[dict]:
+    "One record per pair of the paired dataset `pairs`: both completions, parsed answers, labels and scores; `completer.complete(rows)` answers, `prompts_per_call(completer, batch_size)` rows at a time (a vLLM engine: what it schedules at once). With `keep_in` (a file), each call's completions are appended there under `key`, and those kept under the same key are reused."
+    if keep_in is not None and key is None: raise ValueError("answer_pairs: keep_in needs the key of the answers (pair_answers_key)")
     batch_size = prompts_per_call(completer, batch_size)
     data = PairedPromptDataset(pairs)                    # label-free rows: the completer never sees a label
     keys = [pair_key(i, side, 0, len(data)) for i in range(len(data)) for side in (0, 1)]
-    texts = []
-    with tqdm(total=len(keys), desc="pairs", unit="prompt", disable=not progress) as bar:
-        for start in range(0, len(keys), batch_size):
-            texts += completer.complete([_prompt_row(data[k]) for k in keys[start:start + batch_size]])
-            bar.update(len(keys[start:start + batch_size]))
+    texts = kept_answers(keep_in, key)[:len(keys)] if keep_in is not None else []
+    if keep_in is not None:                              # rewritten whole: a line a kill cut off is dropped, not appended to
+        if not texts and Path(keep_in).is_file():
+            warnings.warn(f"the answers kept in {keep_in} were of other settings, pairs or code: answered again, and replaced")
+        lines = [dict(key=key)] + ([dict(texts=texts)] if texts else [])
+        write_atomically(Path(keep_in), lambda tmp: Path(tmp).write_text("".join(json.dumps(l) + "\n" for l in lines)))
+    with tqdm(total=len(keys), initial=len(texts), desc="pairs", unit="prompt", disable=not progress) as bar:
+        for start in range(len(texts), len(keys), batch_size):   # kept: whole calls, so a call starts where they end
+            answered = completer.complete([_prompt_row(data[k]) for k in keys[start:start + batch_size]])
+            if keep_in is not None:
+                with open(keep_in, "a") as f: f.write(json.dumps(dict(texts=answered)) + "\n")
+            texts += answered
+            bar.update(len(answered))
     records = []
     for i in range(len(data)):
         x, x_prime = data[keys[2 * i]], data[keys[2 * i + 1]]
@@ -73,14 +122,14 @@ def summarize_pairs(records: list[dict]) -> list[dict]:
 
 # %% ../../nbs/53_pair_evaluation.ipynb #026ba22b
 def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int | None = None,
-                   verbose: bool = True) -> tuple[list[dict], list[dict]]:
-    "Greedy answers of `model` (or of a completer with a `complete(rows)`, such as `VLLMDecoder`) to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed, with a progress bar while it answers."
+                   verbose: bool = True, keep_in=None, key: str | None = None) -> tuple[list[dict], list[dict]]:
+    "Greedy answers of `model` (or of a completer with a `complete(rows)`, such as `VLLMDecoder`) to both prompts of every pair of `pairs`: (summary rows per task and source, per-pair records); the table printed, with a progress bar while it answers. `keep_in`, `key`: answers kept across a stop (`answer_pairs`)."
     check_paired_dataset(pairs)                          # a list, a DataFrame or a bad row: named before any answer
     check_reads_images(processing_class, pairs)         # else the images would be left out of the prompts unsaid
     if not set(TRUTH_COLUMNS) & set(pairs.column_names) and (hint := unread_labels_hint(pairs.column_names)):
         warnings.warn(f"the pairs have no labels, so accuracy is not measured{hint}", stacklevel=2)
     completer = model if callable(getattr(model, "complete", None)) else GreedyDecoder(model, processing_class, max_new_tokens)
-    records = answer_pairs(completer, pairs, batch_size, progress=verbose)
+    records = answer_pairs(completer, pairs, batch_size, progress=verbose, keep_in=keep_in, key=key)
     summary = summarize_pairs(records)
     if verbose: print(results_table(summary))
     return summary, records
@@ -115,6 +164,10 @@ def check_output_file(path) -> Path | None:
     writable_folder(path.parent, "--output_file's folder")
     return path
 
+def kept_answers_file(output_file) -> Path:
+    "Where the answers of an evaluation writing `output_file` are kept until it is written (hidden, beside it)."
+    return Path(output_file).with_name(f".{Path(output_file).name}.answers.jsonl")
+
 # %% ../../nbs/53_pair_evaluation.ipynb #cd80d26c
 def pair_answerer(model_args, adapter: str | None = None, backend: str = "transformers",
                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, vllm_engine_args: dict | None = None, progress: bool = False) -> tuple:
@@ -145,11 +198,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
         data = load_pairs(args.dataset_name, args.dataset_config)
         if args.split not in data: raise ValueError(f"--split {args.split!r}: the dataset has no such split; it has {', '.join(sorted(data))}")
         model, processing_class = pair_answerer(model_args, args.adapter, args.backend, args.max_new_tokens, engine_args, progress=True)
-        try: summary, records = evaluate_pairs(model, processing_class, data[args.split], args.max_new_tokens, args.batch_size)
-        except Exception as e:                   # the GPU out of memory while answering: the batch to give, in one line
+        batch = prompts_per_call(model, args.batch_size)   # generate's default, or what the vLLM engine schedules at once
+        keep_in = kept_answers_file(args.output_file) if args.output_file else None
+        settings = dict(model=model_args.model_name_or_path, dtype=model_args.dtype, adapter=args.adapter,
+                        adapter_weights=weights_digest(args.adapter), backend=args.backend, engine=engine_args,
+                        max_new_tokens=args.max_new_tokens, batch_size=batch)
+        key = pair_answers_key(settings, data[args.split]) if keep_in else None
+        try: summary, records = evaluate_pairs(model, processing_class, data[args.split], args.max_new_tokens, batch,
+                                               keep_in=keep_in, key=key)
+        except BaseException as e:               # a kill, a preemption, the GPU's memory: say what is kept
+            if keep_in is not None and (n := len(kept_answers(keep_in, key))):
+                print(f"{PROG}: stopped; the answers to {n} of {2 * len(data[args.split])} prompts are kept in {keep_in}: "
+                      "the same command goes on from them", file=sys.stderr, flush=True)
             import torch
             if not isinstance(e, torch.OutOfMemoryError): raise
-            sys.exit(f"{PROG}: error: {fewer_prompts(e, prompts_per_call(model, args.batch_size), args.backend in VLLM_BACKENDS)}")
+            sys.exit(f"{PROG}: error: {fewer_prompts(e, batch, args.backend in VLLM_BACKENDS)}" + (
+                     ". Answers kept at another batch are answered again (a batch changes generate's padding)" if keep_in else ""))
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")
     if args.output_file:
         result = dict(dataset=args.dataset_name, split=args.split, model=model_args.model_name_or_path, adapter=args.adapter,
@@ -157,18 +221,27 @@ def main(argv: list[str] | None = None) -> list[dict]:
         Path(args.output_file).parent.mkdir(parents=True, exist_ok=True)
         try: write_atomically(Path(args.output_file), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=1) + "\n"), overwrite=False)
         except OSError as e:                      # checked writable at the start; a disk can fill since
-            sys.exit(f"{PROG}: error: could not write --output_file {args.output_file} ({e.strerror or e}); the table above holds the scores")
+            sys.exit(f"{PROG}: error: could not write --output_file {args.output_file} ({e.strerror or e}); the table above "
+                     f"holds the scores, and {keep_in} the answers (the same command goes on from them)")
+        keep_in.unlink(missing_ok=True)
         print(f"results: {args.output_file}")
     return summary
 
 
 # %% ../../nbs/53_pair_evaluation.ipynb #1b4618d6
 def cli(argv: list[str] | None = None) -> int:
-    "`main` for the console script `consistency-amp-evaluate-pairs` (exit status 0; errors exit through `main`)."
-    main(argv)
+    "`main` for the console script `consistency-amp-evaluate-pairs` and `python -m`: exit status 0; errors exit through `main`; Ctrl-C or SIGTERM (a preemption) exits 128 + the signal without a traceback, once `main` said what is kept."
+    stopped_by = []
+    def stop(signum, frame):                      # SIGTERM stops like Ctrl-C, so that `main` says what it keeps
+        stopped_by.append(signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    before = signal.signal(signal.SIGTERM, stop)
+    try: main(argv)
+    except KeyboardInterrupt: return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
+    finally: signal.signal(signal.SIGTERM, before)
     return 0
 
 # %% ../../nbs/53_pair_evaluation.ipynb #678787dd
 if __name__ == "__main__" and "get_ipython" not in globals():   # python -m consistency_amp.evaluation.pair_evaluation, not a notebook
-    main()
+    sys.exit(cli())
 

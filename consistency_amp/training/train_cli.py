@@ -215,7 +215,7 @@ def out_of_memory(error: BaseException, settings, run_dir=None, words: dict = RU
     use_vllm = getattr(settings, "use_vllm", False) or (getattr(settings, "trainer_args", None) or {}).get("use_vllm")
     same = ([] if settings.gradient_checkpointing is not False else ["--gradient_checkpointing true"]) + (
             ["a smaller --vllm_gpu_memory_utilization"] if use_vllm else [])
-    said = " ".join(str(error).split())[:300]
+    said = " ".join(str(error).split())[:300].rstrip(".")
     return (f"out of GPU memory: {said}. The run is kept and {kept}. "
             + (f"To resume with the same experiment: {' or '.join(same)}, and {words['resume']}. " if same else "")
             + f"A new run ({words['new_run']}) with fewer --pairs_per_device (now {settings.pairs_per_device}), "
