@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import sys
 import typing
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from .run_evaluation import (check_eval_name, default_eval_name, evaluate_model,
                                                         model_run_name, not_a_run)
 from .decoders import DEFAULT_MAX_NEW_TOKENS, fewer_prompts
 from ..files import resolve_path
+from ..training.run_callback import SigtermAsInterrupt
 from ..training.runs import PARAMS_FILE, read_json, run_path
 from ..training.runs import runs_dir as resolve_runs_dir
 
@@ -179,21 +179,16 @@ def out_of_memory(error: BaseException, args: EvalArguments) -> str | None:
 # %% ../../nbs/55_evaluate.ipynb #a7eebe76
 def cli(argv: list[str] | None = None) -> int:
     "`main` for the console script `consistency-amp-evaluate`: bad parameters, existing results and missing data end in one line, exit 2; the GPU out of memory in one line, exit 1; Ctrl-C or SIGTERM (a preemption) says what is kept and exits 128 + the signal, without a traceback."
-    stopped_by = []
-    def stop(signum, frame):                      # SIGTERM stops like Ctrl-C, so that `evaluate_run` says what it keeps
-        stopped_by.append(signum)
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    before = signal.signal(signal.SIGTERM, stop)
-    try: main(argv)
-    except (ValueError, FileExistsError, FileNotFoundError) as e:   # FileNotFoundError: no Omni3D files under data_root
-        print(f"python -m consistency_amp.evaluation.evaluate: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:                        # the GPU out of memory: what to change, in one line (kept groups: said above)
-        if (line := out_of_memory(e, argument_parser().parse_args_into_dataclasses(argv)[0])) is None: raise
-        print(f"python -m consistency_amp.evaluation.evaluate: error: {line}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt: return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
-    finally: signal.signal(signal.SIGTERM, before)
+    with SigtermAsInterrupt() as stop:            # SIGTERM stops like Ctrl-C, so that `evaluate_run` says what it keeps
+        try: main(argv)
+        except (ValueError, FileExistsError, FileNotFoundError) as e:   # FileNotFoundError: no Omni3D files under data_root
+            print(f"python -m consistency_amp.evaluation.evaluate: error: {e}", file=sys.stderr)
+            return 2
+        except Exception as e:                    # the GPU out of memory: what to change, in one line (kept groups: said above)
+            if (line := out_of_memory(e, argument_parser().parse_args_into_dataclasses(argv)[0])) is None: raise
+            print(f"python -m consistency_amp.evaluation.evaluate: error: {line}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt: return stop.exit_status
     return 0
 
 # %% ../../nbs/55_evaluate.ipynb #632a7fec

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import signal
 import sys
 import warnings
 from collections import defaultdict
@@ -25,6 +24,7 @@ from .held_out import (DEFAULT_BATCH_SIZE, VLLM_BACKENDS, check_backend, code_di
 from ..reward.paired_data import IMAGE_COLUMNS, TRUTH_COLUMNS, check_paired_dataset, check_reads_images, unread_labels_hint
 from ..reward.verifiers import accuracy, completion_text, consistency, format_reward, parse_answer
 from ..training.adapter_files import check_adapter
+from ..training.run_callback import SigtermAsInterrupt
 from ..training.paired_sampler import pair_key
 from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
 from ..training.paired_sampler import PairedPromptDataset
@@ -231,14 +231,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
 # %% ../../nbs/53_pair_evaluation.ipynb #1b4618d6
 def cli(argv: list[str] | None = None) -> int:
     "`main` for the console script `consistency-amp-evaluate-pairs` and `python -m`: exit status 0; errors exit through `main`; Ctrl-C or SIGTERM (a preemption) exits 128 + the signal without a traceback, once `main` said what is kept."
-    stopped_by = []
-    def stop(signum, frame):                      # SIGTERM stops like Ctrl-C, so that `main` says what it keeps
-        stopped_by.append(signum)
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    before = signal.signal(signal.SIGTERM, stop)
-    try: main(argv)
-    except KeyboardInterrupt: return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
-    finally: signal.signal(signal.SIGTERM, before)
+    with SigtermAsInterrupt() as stop:            # SIGTERM stops like Ctrl-C, so that `main` says what it keeps
+        try: main(argv)
+        except KeyboardInterrupt: return stop.exit_status
     return 0
 
 # %% ../../nbs/53_pair_evaluation.ipynb #678787dd

@@ -16,7 +16,8 @@ from .runs import append_jsonl, jsonable, TRAIN_LOG_FILE, truncate_train_log, wr
 
 # %% auto #0
 __all__ = ['LOG_FIELDS', 'REQUIRED_LOG_FIELDS', 'SUMMARY_KEYS', 'STOP_SIGNALS', 'is_step_log', 'train_log_record',
-           'TrainLogWriter', 'run_callback_class', 'run_callback', 'StopRequest', 'agreed_signal', 'stop_signal_of']
+           'TrainLogWriter', 'run_callback_class', 'run_callback', 'StopRequest', 'agreed_signal', 'stop_signal_of',
+           'SigtermAsInterrupt']
 
 # %% ../../nbs/35_run_callback.ipynb #a30913e3
 LOG_FIELDS = {  # contract field: the TRL / OTGRPOTrainer metrics it is read from, first present wins
@@ -172,3 +173,20 @@ def agreed_signal(signum: int | None, device=None) -> int | None:
 def stop_signal_of(trainer) -> int | None:
     "The signal that stopped `trainer` early (the `RunCallback`'s), None if it was not stopped by one."
     return next((c.stop_signal for c in trainer.callback_handler.callbacks if hasattr(c, "stop_signal")), None)
+
+# %% ../../nbs/35_run_callback.ipynb #43d651f7
+class SigtermAsInterrupt:
+    "Entered in the main thread, SIGTERM raises KeyboardInterrupt as Ctrl-C does, until exit; `exit_status`: 128 + the signal that stopped it (SIGINT where none was caught)."
+    signum: int | None = None
+
+    def __enter__(self):
+        def stop(signum, frame):
+            self.signum = signum
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        self._before = signal.signal(signal.SIGTERM, stop)
+        return self
+
+    def __exit__(self, *exc): signal.signal(signal.SIGTERM, self._before)
+
+    @property
+    def exit_status(self) -> int: return 128 + (self.signum or signal.SIGINT)
