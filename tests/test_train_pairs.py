@@ -67,6 +67,21 @@ def test_sigterm_stops_with_a_checkpoint_and_the_printed_command_resumes(text_pa
     assert "out: complete, 40 steps" in done.stdout and "evaluate it: python -m consistency_amp.evaluation.pair_evaluation " in done.stdout
 
 
+def test_ctrl_c_twice_stops_at_once_without_a_traceback_and_says_how_to_go_on(text_pairs, tmp_path):
+    "The first Ctrl-C asks for a stop after the step; a second, within that step, stops at once: exit 130, status interrupted."
+    slow = [f if f != "8" else "384" for f in text_pairs]          # longer completions: a step long enough to signal twice in
+    proc = subprocess.Popen([sys.executable, "-m", "consistency_amp.training.train_pairs", *slow, "--max_steps", "40"],
+                            cwd=tmp_path, env=environment(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not logged_steps(tmp_path / "out") and proc.poll() is None and time.monotonic() < deadline: time.sleep(0.05)
+    proc.send_signal(signal.SIGINT); time.sleep(0.2); proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert f"stopped by SIGINT (twice: at once) in {tmp_path / 'out'}" in err and "--resume_from_checkpoint true" in err
+    assert status(tmp_path / "out")["stopped_by"] == "SIGINT (twice: at once)"
+    assert status(tmp_path / "out")["state"] == "interrupted"
+
+
 def test_two_processes_under_torchrun(text_pairs, tmp_path):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     if torchrun is None: pytest.skip("torchrun is not installed")

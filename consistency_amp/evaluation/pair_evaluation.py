@@ -30,8 +30,9 @@ from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
 from ..training.paired_sampler import PairedPromptDataset
 
 # %% auto #0
-__all__ = ['PROG', 'pairs_digest', 'pair_answers_key', 'kept_answers', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs',
-           'PairEvalArguments', 'check_output_file', 'kept_answers_file', 'pair_answerer', 'main', 'cli']
+__all__ = ['PROG', 'pairs_digest', 'pair_answers_key', 'kept_answers', 'answer_prompts', 'answer_pairs', 'summarize_pairs',
+           'evaluate_pairs', 'PairEvalArguments', 'check_output_file', 'kept_answers_file', 'pair_answerer',
+           'write_pair_results', 'answering_stopped', 'main', 'cli']
 
 # %% ../../nbs/53_pair_evaluation.ipynb #44a8d03b
 def _digestible(value):
@@ -69,33 +70,42 @@ def kept_answers(path, key: str) -> list[str]:
             texts += value["texts"]
     return texts
 
-# %% ../../nbs/53_pair_evaluation.ipynb #e0455ded
+# %% ../../nbs/53_pair_evaluation.ipynb #3dd0320d
 def _prompt_row(row: dict) -> dict:
     "A trainer row as the decoder reads it: an image, if any, placed in the messages as TRL places it for training."
     if row.get("image") is None: return row
     from trl.data_utils import prepare_multimodal_messages
     return dict(row, prompt=prepare_multimodal_messages(row["prompt"], images=[row["image"]]))
 
-def answer_pairs(completer, pairs, batch_size: int | None = None, progress: bool = False, keep_in=None,
-                 key: str | None = None) -> list[dict]:
-    "One record per pair of the paired dataset `pairs`: both completions, parsed answers, labels and scores; `completer.complete(rows)` answers, `prompts_per_call(completer, batch_size)` rows at a time (a vLLM engine: what it schedules at once). With `keep_in` (a file), each call's completions are appended there under `key`, and those kept under the same key are reused."
-    if keep_in is not None and key is None: raise ValueError("answer_pairs: keep_in needs the key of the answers (pair_answers_key)")
-    batch_size = prompts_per_call(completer, batch_size)
-    data = PairedPromptDataset(pairs)                    # label-free rows: the completer never sees a label
-    keys = [pair_key(i, side, 0, len(data)) for i in range(len(data)) for side in (0, 1)]
-    texts = kept_answers(keep_in, key)[:len(keys)] if keep_in is not None else []
-    if keep_in is not None:                              # rewritten whole: a line a kill cut off is dropped, not appended to
+
+# %% ../../nbs/53_pair_evaluation.ipynb #4b8ab5c3
+def answer_prompts(completer, prompt_of, n: int, batch_size: int, progress: bool = False, keep_in=None,
+                   key: str | None = None) -> list[str]:
+    "The completions of prompts 0 to `n` - 1 (`prompt_of(i)`: a row as the decoder reads it, made when its call comes), `batch_size` per `completer.complete` call; with `keep_in` (a file) each call's completions are appended there under `key`, and those kept under the same key are reused."
+    if keep_in is not None and key is None: raise ValueError("answer_prompts: keep_in needs the key of the answers (pair_answers_key)")
+    texts = kept_answers(keep_in, key)[:n] if keep_in is not None else []
+    if keep_in is not None:                               # rewritten whole: a line a kill cut off is dropped, not appended to
         if not texts and Path(keep_in).is_file():
             warnings.warn(f"the answers kept in {keep_in} were of other settings, pairs or code: answered again, and replaced")
         lines = [dict(key=key)] + ([dict(texts=texts)] if texts else [])
         write_atomically(Path(keep_in), lambda tmp: Path(tmp).write_text("".join(json.dumps(l) + "\n" for l in lines)))
-    with tqdm(total=len(keys), initial=len(texts), desc="pairs", unit="prompt", disable=not progress) as bar:
-        for start in range(len(texts), len(keys), batch_size):   # kept: whole calls, so a call starts where they end
-            answered = completer.complete([_prompt_row(data[k]) for k in keys[start:start + batch_size]])
+    with tqdm(total=n, initial=len(texts), desc="pairs", unit="prompt", disable=not progress) as bar:
+        for start in range(len(texts), n, batch_size):    # kept: whole calls, so a call starts where they end
+            answered = completer.complete([prompt_of(i) for i in range(start, min(start + batch_size, n))])
             if keep_in is not None:
                 with open(keep_in, "a") as f: f.write(json.dumps(dict(texts=answered)) + "\n")
             texts += answered
             bar.update(len(answered))
+    return texts
+
+# %% ../../nbs/53_pair_evaluation.ipynb #e0455ded
+def answer_pairs(completer, pairs, batch_size: int | None = None, progress: bool = False, keep_in=None,
+                 key: str | None = None) -> list[dict]:
+    "One record per pair of the paired dataset `pairs`: both completions, parsed answers, labels and scores; `completer.complete(rows)` answers, `prompts_per_call(completer, batch_size)` rows at a time (a vLLM engine: what it schedules at once). With `keep_in` (a file), each call's completions are appended there under `key`, and those kept under the same key are reused."
+    data = PairedPromptDataset(pairs)                    # label-free rows: the completer never sees a label
+    keys = [pair_key(i, side, 0, len(data)) for i in range(len(data)) for side in (0, 1)]
+    texts = answer_prompts(completer, lambda i: _prompt_row(data[keys[i]]), len(keys), prompts_per_call(completer, batch_size),
+                           progress, keep_in, key)
     records = []
     for i in range(len(data)):
         x, x_prime = data[keys[2 * i]], data[keys[2 * i + 1]]
@@ -182,9 +192,33 @@ def pair_answerer(model_args, adapter: str | None = None, backend: str = "transf
                           progress=progress, **(vllm_engine_args or {}))   # progress: vLLM's bar in each call
     return decoder, decoder.processor
 
-# %% ../../nbs/53_pair_evaluation.ipynb #ee06050d
+# %% ../../nbs/53_pair_evaluation.ipynb #27dba634
 PROG = "python -m consistency_amp.evaluation.pair_evaluation"
 
+def write_pair_results(args: PairEvalArguments, model_args, summary: list[dict], records: list[dict], keep_in: Path) -> Path:
+    "Write the evaluation's summary and per-pair records to `args.output_file` (never over a file), then drop the answers kept in `keep_in`; a failed write exits with one line, keeping them."
+    result = dict(dataset=args.dataset_name, split=args.split, model=model_args.model_name_or_path, adapter=args.adapter,
+                  max_new_tokens=args.max_new_tokens, backend=args.backend, summary=summary, records=records)
+    path = Path(args.output_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try: write_atomically(path, lambda tmp: Path(tmp).write_text(json.dumps(result, indent=1) + "\n"), overwrite=False)
+    except OSError as e:                          # checked writable at the start; a disk can fill since
+        sys.exit(f"{PROG}: error: could not write --output_file {path} ({e.strerror or e}); the table above holds the scores, "
+                 f"and {keep_in} the answers (the same command goes on from them)")
+    keep_in.unlink(missing_ok=True)
+    print(f"results: {path}")
+    return path
+
+# %% ../../nbs/53_pair_evaluation.ipynb #adfb9490
+def answering_stopped(error: BaseException, keep_in, key, prompts: int, batch_size: int, backend: str) -> str | None:
+    "Say (on stderr) how many of the `prompts` answers are kept in `keep_in` when answering stopped on `error`; the one line for the GPU out of memory (`fewer_prompts`), else None: the error goes on."
+    if keep_in is not None and (n := len(kept_answers(keep_in, key))):
+        print(f"{PROG}: stopped; the answers to {n} of {prompts} prompts are kept in {keep_in}: the same command goes on "
+              "from them", file=sys.stderr, flush=True)
+    line = fewer_prompts(error, batch_size, backend in VLLM_BACKENDS) if isinstance(error, Exception) else None
+    return line and line + (". Answers kept at another batch are answered again (a batch changes generate's padding)" if keep_in else "")
+
+# %% ../../nbs/53_pair_evaluation.ipynb #ee06050d
 def main(argv: list[str] | None = None) -> list[dict]:
     "Entry point of `python -m consistency_amp.evaluation.pair_evaluation`: load the split and the model (and adapter), answer, print the table, write the JSON if asked; the summary rows. Bad parameters and the GPU out of memory end in one line (`decoders.fewer_prompts`: the `--batch_size` to give)."
     from trl import ModelConfig, TrlParser
@@ -207,24 +241,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         try: summary, records = evaluate_pairs(model, processing_class, data[args.split], args.max_new_tokens, batch,
                                                keep_in=keep_in, key=key)
         except BaseException as e:               # a kill, a preemption, the GPU's memory: say what is kept
-            if keep_in is not None and (n := len(kept_answers(keep_in, key))):
-                print(f"{PROG}: stopped; the answers to {n} of {2 * len(data[args.split])} prompts are kept in {keep_in}: "
-                      "the same command goes on from them", file=sys.stderr, flush=True)
-            import torch
-            if not isinstance(e, torch.OutOfMemoryError): raise
-            sys.exit(f"{PROG}: error: {fewer_prompts(e, batch, args.backend in VLLM_BACKENDS)}" + (
-                     ". Answers kept at another batch are answered again (a batch changes generate's padding)" if keep_in else ""))
+            if (line := answering_stopped(e, keep_in, key, 2 * len(data[args.split]), batch, args.backend)) is None: raise
+            sys.exit(f"{PROG}: error: {line}")
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")
-    if args.output_file:
-        result = dict(dataset=args.dataset_name, split=args.split, model=model_args.model_name_or_path, adapter=args.adapter,
-                      max_new_tokens=args.max_new_tokens, backend=args.backend, summary=summary, records=records)
-        Path(args.output_file).parent.mkdir(parents=True, exist_ok=True)
-        try: write_atomically(Path(args.output_file), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=1) + "\n"), overwrite=False)
-        except OSError as e:                      # checked writable at the start; a disk can fill since
-            sys.exit(f"{PROG}: error: could not write --output_file {args.output_file} ({e.strerror or e}); the table above "
-                     f"holds the scores, and {keep_in} the answers (the same command goes on from them)")
-        keep_in.unlink(missing_ok=True)
-        print(f"results: {args.output_file}")
+    if args.output_file: write_pair_results(args, model_args, summary, records, keep_in)
     return summary
 
 

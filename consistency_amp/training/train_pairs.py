@@ -312,7 +312,11 @@ def main(argv: list[str] | None = None) -> Path:
         record_end(config, trainer, "complete", adapter=str(config.output_dir))   # after the adapter: complete means it is there
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")   # an earlier run's checkpoints, a complete run
     except KeyboardInterrupt:                     # a second Ctrl-C: stopped at once, resumable from its newest checkpoint
-        record_end(config, trainer, "interrupted", stopped_by="SIGINT (twice: at once)"); raise
+        record_end(config, trainer, "interrupted", stopped_by="SIGINT (twice: at once)")
+        if config.process_index == 0:             # no traceback: what happened and the command that goes on
+            print(f"stopped by SIGINT (twice: at once) in {config.output_dir}; it goes on from its newest checkpoint. Resume "
+                  f"with: {resume_command(argv)}", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     except Exception as e:                        # a full disk, the GPU's memory: what to change, in one line
         line = explained_failure(e, config, config.output_dir, PAIRS_WORDS)
         record_end(config, trainer, "failed", error=(line or f"{type(e).__name__}: {e}")[:2000])
