@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import warnings
 from collections import defaultdict
@@ -226,6 +227,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.set_defaults(model_name_or_path=DEFAULT_MODEL, dtype="auto", use_peft=True)   # the loaders' LoRA, as train_pairs
     try:
         args, model_args = parser.parse_args_and_config(argv)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # each process would answer every pair and write the same files
+            raise ValueError("pair evaluation answers in one process: launch it with python, not torchrun or accelerate "
+                             "launch (on GPUs --backend vllm is the fast path; a model too large for one GPU: "
+                             "--vllm_engine_args '{\"tensor_parallel_size\": 2}')")
         check_output_file(args.output_file)
         engine_args = read_json_object("vllm_engine_args", args.vllm_engine_args)
         check_backend(args.backend, engine_args)   # before the pairs load
