@@ -44,7 +44,8 @@ __all__ = ['PROG', 'PAIRS_WORDS', 'PAIR_FILE_BUILDERS', 'EXAMPLE_PAIRS', 'CARD_S
            'split_files', 'images_from', 'hub_pairs', 'load_pairs', 'pair_splits', 'is_vision_language',
            'loader_kwargs', 'load_pair_model', 'script_defaults', 'PairsScriptArguments', 'pairs_parser',
            'resume_value', 'finished_run', 'resume_command', 'pairs_model_card', 'record_end',
-           'pair_evaluation_command', 'main', 'cli']
+           'pair_evaluation_command', 'pairs_trainer', 'save_pairs_run', 'say_stopped', 'record_failure',
+           'pairs_run_summary', 'main', 'cli']
 
 # %% ../../nbs/46_train_pairs.ipynb #20f6d765
 PAIR_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}   # datasets' packaged builders
@@ -268,9 +269,62 @@ def pair_evaluation_command(output_dir, model: str, dataset: str, dataset_config
              *(["--dataset_config", dataset_config] if dataset_config else []), "--split", split or "SPLIT_KEPT_APART"]
     return f"python -m consistency_amp.evaluation.pair_evaluation {shlex.join(flags)}"
 
+# %% ../../nbs/46_train_pairs.ipynb #a9ac8e69
+def pairs_trainer(script_args, config, model_args) -> tuple:
+    "(trainer, its `StopRequest`, the pairs, the watched split or None) of a run: the pairs loaded and split, `--adapter`'s files read and `--output_dir` checked before the model loads."
+    data = load_pairs(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
+    train, held_out = pair_splits(data, script_args.dataset_train_split, script_args.dataset_test_split,
+                                  evaluate=config.eval_strategy != "no")
+    if script_args.adapter is not None: check_adapter(script_args.adapter)   # its files, before the base loads
+    writable_folder(config.output_dir, "--output_dir")   # the adapter is written at the end: refused now, not then
+    model, processing_class = load_pair_model(model_args, script_args.adapter)
+    stop = StopRequest()
+    trainer = OTGRPOTrainer(model, config, train, processing_class=processing_class, eval_dataset=held_out,
+                            callbacks=[run_callback(config.output_dir, config.max_steps, stop=stop)])
+    return trainer, stop, data, held_out
+
+# %% ../../nbs/46_train_pairs.ipynb #42b3a20a
+def save_pairs_run(trainer, result, config, script_args, model_args, held_out) -> None:
+    "After training: log its metrics, save the adapter, score the watched split once more, write the model card, and record the run complete."
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_model(config.output_dir)         # the LoRA adapter, as every TRL trainer saves it
+    metrics = None
+    if held_out is not None:                      # the watched split, scored once more by the trained adapter
+        metrics = trainer.evaluate()
+        trainer.log_metrics("eval", metrics); trainer.save_metrics("eval", metrics)
+    if config.process_index == 0:                 # the base by the name it was given (peft records the folder it loaded)
+        portable_base(config.output_dir, model_args.model_name_or_path)
+        card = pairs_model_card(config.output_dir, model_args.model_name_or_path, script_args.dataset_name, config, metrics)
+        (Path(config.output_dir) / "README.md").write_text(card)   # in place of the checkpoints' card (nb 29)
+    record_end(config, trainer, "complete", adapter=str(config.output_dir))   # after the adapter: complete means it is there
+
+# %% ../../nbs/46_train_pairs.ipynb #2a2286ba
+def say_stopped(trainer, config, argv: list[str], why: str) -> None:
+    "Record the run stopped by `why` (a signal's name: after its step, with a checkpoint; 'SIGINT (twice: at once)': at once) and say, from the main process, where and the command that goes on."
+    record_end(config, trainer, "interrupted", stopped_by=why)
+    if config.process_index != 0: return
+    where = (f"in {config.output_dir}; it goes on from its newest checkpoint" if "at once" in why
+             else f"at step {trainer.state.global_step} with a checkpoint in {config.output_dir}")
+    print(f"stopped by {why} {where}. Resume with: {resume_command(argv)}   (under torchrun: the same launch with "
+          "--resume_from_checkpoint true)", file=sys.stderr)
+
+def record_failure(error: BaseException, trainer, config) -> str | None:
+    "Record the run failed on `error` with its line; the line where the command can say what to do (`explained_failure`), else None."
+    line = explained_failure(error, config, config.output_dir, PAIRS_WORDS)
+    record_end(config, trainer, "failed", error=(line or f"{type(error).__name__}: {error}")[:2000])
+    return line
+
+# %% ../../nbs/46_train_pairs.ipynb #869e79dd
+def pairs_run_summary(config, script_args, model_args, data) -> str:
+    "What a finished run prints: its folder, `training_summary`, and the command that scores the adapter on the test split."
+    test_split = script_args.dataset_test_split if script_args.dataset_test_split in data else None
+    evaluate_with = pair_evaluation_command(config.output_dir, model_args.model_name_or_path, script_args.dataset_name,
+                                            script_args.dataset_config, test_split)
+    return f"adapter and model card: {config.output_dir}\n" + training_summary(read_run(config.output_dir), evaluate_with=evaluate_with)
+
 # %% ../../nbs/46_train_pairs.ipynb #4b5e7cfd
 def main(argv: list[str] | None = None) -> Path:
-    "Entry point of `python -m consistency_amp.training.train_pairs` (and `consistency-amp-train-pairs`): parse, load and check the pairs and the model, train, save the adapter and its model card, score the test split if it was watched, record how the run ended in status.json and print what it trained; a signal stops it after the step with a checkpoint, a line saying how to resume, and exit 128 + its number."
+    "Entry point of `python -m consistency_amp.training.train_pairs` (and `consistency-amp-train-pairs`): parse, load and check the pairs and the model (`pairs_trainer`), train, save the adapter and its model card, score the test split if it was watched (`save_pairs_run`), record how the run ended in status.json and print what it trained; a signal stops it after the step with a checkpoint, a line saying how to resume, and exit 128 + its number."
     console_logging()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -279,54 +333,21 @@ def main(argv: list[str] | None = None) -> Path:
             if config.process_index == 0: print(f"{config.output_dir} holds a finished run's adapter: nothing to resume")
             end_process_group()
             return Path(config.output_dir)
-        data = load_pairs(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
-        train, held_out = pair_splits(data, script_args.dataset_train_split, script_args.dataset_test_split,
-                                      evaluate=config.eval_strategy != "no")
-        if script_args.adapter is not None: check_adapter(script_args.adapter)   # its files, before the base loads
-        writable_folder(config.output_dir, "--output_dir")   # the adapter is written at the end: refused now, not then
-        model, processing_class = load_pair_model(model_args, script_args.adapter)
-        stop = StopRequest()
-        trainer = OTGRPOTrainer(model, config, train, processing_class=processing_class, eval_dataset=held_out,
-                                callbacks=[run_callback(config.output_dir, config.max_steps, stop=stop)])
+        trainer, stop, data, held_out = pairs_trainer(script_args, config, model_args)
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")
     try:
         with stop: result = trainer.train(resume_from_checkpoint=resume_value(config.resume_from_checkpoint))
         if signum := stop_signal_of(trainer):     # SIGTERM / SIGINT / SIGUSR1: a checkpoint of this step was saved
-            step = trainer.state.global_step
-            record_end(config, trainer, "interrupted", stopped_by=signal.Signals(signum).name)
-            del trainer; end_process_group()
-            if config.process_index == 0:
-                print(f"stopped by {signal.Signals(signum).name} at step {step} with a checkpoint in {config.output_dir}. Resume "
-                      f"with: {resume_command(argv)}   (under torchrun: the same launch with --resume_from_checkpoint true)", file=sys.stderr)
-            sys.exit(128 + signum)
-        trainer.log_metrics("train", result.metrics)
-        trainer.save_model(config.output_dir)     # the LoRA adapter, as every TRL trainer saves it
-        metrics = None
-        if held_out is not None:                  # the watched split, scored once more by the trained adapter
-            metrics = trainer.evaluate()
-            trainer.log_metrics("eval", metrics); trainer.save_metrics("eval", metrics)
-        if config.process_index == 0:             # the base by the name it was given (peft records the folder it loaded)
-            portable_base(config.output_dir, model_args.model_name_or_path)
-            card = pairs_model_card(config.output_dir, model_args.model_name_or_path, script_args.dataset_name, config, metrics)
-            (Path(config.output_dir) / "README.md").write_text(card)   # in place of the checkpoints' card (nb 29)
-        record_end(config, trainer, "complete", adapter=str(config.output_dir))   # after the adapter: complete means it is there
+            say_stopped(trainer, config, argv, signal.Signals(signum).name)
+            del trainer; end_process_group(); sys.exit(128 + signum)
+        save_pairs_run(trainer, result, config, script_args, model_args, held_out)
     except (ValueError, FileExistsError) as e: sys.exit(f"{PROG}: error: {e}")   # an earlier run's checkpoints, a complete run
     except KeyboardInterrupt:                     # a second Ctrl-C: stopped at once, resumable from its newest checkpoint
-        record_end(config, trainer, "interrupted", stopped_by="SIGINT (twice: at once)")
-        if config.process_index == 0:             # no traceback: what happened and the command that goes on
-            print(f"stopped by SIGINT (twice: at once) in {config.output_dir}; it goes on from its newest checkpoint. Resume "
-                  f"with: {resume_command(argv)}", file=sys.stderr)
-        sys.exit(128 + signal.SIGINT)
+        say_stopped(trainer, config, argv, "SIGINT (twice: at once)"); sys.exit(128 + signal.SIGINT)
     except Exception as e:                        # a full disk, the GPU's memory: what to change, in one line
-        line = explained_failure(e, config, config.output_dir, PAIRS_WORDS)
-        record_end(config, trainer, "failed", error=(line or f"{type(e).__name__}: {e}")[:2000])
-        if line is None: raise
+        if (line := record_failure(e, trainer, config)) is None: raise
         sys.exit(f"{PROG}: error: {line}")
-    if config.process_index == 0:
-        print(f"adapter and model card: {config.output_dir}")
-        test_split = script_args.dataset_test_split if script_args.dataset_test_split in data else None
-        print(training_summary(read_run(config.output_dir), evaluate_with=pair_evaluation_command(
-            config.output_dir, model_args.model_name_or_path, script_args.dataset_name, script_args.dataset_config, test_split)))
+    if config.process_index == 0: print(pairs_run_summary(config, script_args, model_args, data))
     del trainer; end_process_group()
     return Path(config.output_dir)
 
