@@ -164,6 +164,10 @@ class PairEvalArguments:
     def __post_init__(self):                      # named before the pairs and the model load (minutes for a 7B model)
         check_int("max_new_tokens", self.max_new_tokens, 1); check_int("batch_size", self.batch_size, 1, allow_none=True)
         if self.adapter is not None: check_adapter(self.adapter)   # both files read, as loading reads them
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # each process would answer every pair and write the same files
+            raise ValueError("pair evaluation answers in one process: launch it with python, not torchrun or accelerate "
+                             "launch (on GPUs --backend vllm is the fast path; a model too large for one GPU: "
+                             "--vllm_engine_args '{\"tensor_parallel_size\": 2}')")
 
 
 # %% ../../nbs/53_pair_evaluation.ipynb #a5af617e
@@ -227,10 +231,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.set_defaults(model_name_or_path=DEFAULT_MODEL, dtype="auto", use_peft=True)   # the loaders' LoRA, as train_pairs
     try:
         args, model_args = parser.parse_args_and_config(argv)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # each process would answer every pair and write the same files
-            raise ValueError("pair evaluation answers in one process: launch it with python, not torchrun or accelerate "
-                             "launch (on GPUs --backend vllm is the fast path; a model too large for one GPU: "
-                             "--vllm_engine_args '{\"tensor_parallel_size\": 2}')")
         check_output_file(args.output_file)
         engine_args = read_json_object("vllm_engine_args", args.vllm_engine_args)
         check_backend(args.backend, engine_args)   # before the pairs load
