@@ -61,8 +61,12 @@ def test_initializer_range_and_adapter_std(tmp_path, monkeypatch):
         module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
         folder = module.save_random_model("tiny-vllm-cpu", tmp_path / "model", initializer_range=0.3)
         adapter = module.save_random_adapter(folder, tmp_path / "lora", std=0.3)
+        again = module.save_random_model("tiny-vllm-cpu", tmp_path / "again", initializer_range=0.3)
+        other = module.save_random_model("tiny-vllm-cpu", tmp_path / "other", initializer_range=0.3, seed=1)
     finally: sys.path.remove(str(SCRIPT.parent))
     weights = load_file(folder / "model.safetensors")
+    drawn = lambda f: next(w for n, w in load_file(f / "model.safetensors").items() if n.endswith("layers.0.self_attn.q_proj.weight"))
+    assert torch.equal(drawn(folder), drawn(again)) and not torch.equal(drawn(folder), drawn(other))   # seeded draws
     q = next(w for name, w in weights.items() if name.endswith("layers.0.self_attn.q_proj.weight"))
     assert 0.25 < q.std().item() < 0.35, q.std()
     config = json.loads((folder / "config.json").read_text())
