@@ -156,7 +156,7 @@ class PairEvalArguments:
     max_new_tokens: int = help_field(DEFAULT_MAX_NEW_TOKENS, "New tokens per answer.")
     batch_size: int | None = help_field(None, f"Prompts answered together; empty: {DEFAULT_BATCH_SIZE} with transformers, and with a vllm "
                                               "backend what the engine schedules at once (its max_num_seqs).")
-    output_file: str | None = help_field(None, "Write the summary and the per-pair records here as JSON (an existing file is refused); None: print only.")
+    output_file: str | None = help_field(None, "Write the summary and the per-pair records here as JSON (an existing file is refused); until then the answers are kept beside it, and the same command stopped goes on from them. None: print only.")
     backend: str = help_field("transformers", "Who answers: transformers (generate, any machine); on GPUs, vllm "
                                              "(the adapter folded into a copy of the weights) or vllm-lora (vLLM's LoRA kernels): pip install \"consistency_amp[vllm]\".")
     vllm_engine_args: str | None = help_field(None, "With a vllm backend: more vllm.LLM keywords, a JSON object, e.g. '{\"enforce_eager\": true}'.")
