@@ -10,7 +10,8 @@ import copy
 import json
 import difflib
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import field
 from functools import cache
 from numbers import Integral
@@ -20,7 +21,7 @@ __all__ = ['TRUE_WORDS', 'FALSE_WORDS', 'REWARDS', 'PAIRINGS', 'SIDES', 'NOISE_L
            'PAPER_MODEL_SIZES', 'PAPER_SETTINGS', 'PAPER_GPUS', 'PAPER_JOINT_STEPS', 'TINY_MODEL',
            'SPATIAL_BASE_PREFIX', 'DEFAULT_MODEL', 'check_choice', 'check_choices', 'check_int', 'read_bool',
            'read_json_object', 'check_notebook_parameters', 'accept_both_spellings', 'help_field', 'console_logging',
-           'notebook_progress_class', 'mend_notebook_progress', 'check_trainable']
+           'notebook_progress_class', 'mend_notebook_progress', 'check_trainable', 'ModelDoesNotFit', 'loading_onto']
 
 # %% ../nbs/02_core.ipynb #550df3f9
 def check_choice(param: str, value, valid: Sequence, note: str = ""):
@@ -160,3 +161,19 @@ def check_trainable(model) -> None:
     if not any(p.requires_grad for p in model.parameters()):   # else autograd's "does not require grad" at the first backward
         raise ValueError("the model has no trainable parameter: an adapter loaded to evaluate is frozen; to train it on, "
                          "load it with load_model(..., adapter=..., adapter_trainable=True) (load_text_model alike)")
+
+# %% ../nbs/02_core.ipynb #c2347667
+class ModelDoesNotFit(ValueError):
+    "A model's weights that did not fit in a GPU's free memory while loading; its message is the one line a command prints."
+
+@contextmanager
+def loading_onto(name: str, device) -> Iterator[None]:
+    "Within it, torch's OutOfMemoryError becomes `ModelDoesNotFit`, naming the model `name`, the `device` and the ways out; any other error goes on as it is."
+    try: yield
+    except Exception as e:
+        import torch
+        if not isinstance(e, torch.OutOfMemoryError): raise
+        said = " ".join(str(e).split())[:300].rstrip(".")
+        raise ModelDoesNotFit(f"out of GPU memory while loading {name} onto {device}: {said}. Its weights do not fit in what the "
+                              "GPU has free: a GPU with more memory (or one that other processes leave free: nvidia-smi), or "
+                              "a smaller model") from None

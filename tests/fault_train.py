@@ -10,7 +10,8 @@ the checkpoint of that step fail in `optimizer.pt`, part written, as torch.save 
 from torch 2.13 on a full tmpfs); FAULT_KILL_BEFORE_ADAPTER kills the
 process (SIGKILL) after the last step's checkpoint, just before the final adapter is saved; FAULT_NO_FLOCK=<errno> makes
 every `flock` fail with that error, as on a file system without file locks (Lustre without -o flock: ENOSYS; NFS
-without its lock service: ENOLCK); FAULT_OOM_AT_STEP makes that training step fail as a GPU out of memory does.
+without its lock service: ENOLCK); FAULT_OOM_AT_STEP makes that training step fail as a GPU out of memory does; FAULT_OOM_AT_LOAD makes the model fail to load
+as weights too large for the GPU do.
 """
 import os
 import sys
@@ -84,6 +85,18 @@ def out_of_memory_at(step: int):
     OTGRPOTrainer.training_step = failing
 
 
+def out_of_memory_at_load():
+    "The model's weights do not fit: `from_pretrained` fails with torch.OutOfMemoryError, as on a GPU too small for them."
+    import torch
+    import transformers
+
+    def failing(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 260.00 MiB. GPU 0 has a total capacity of "
+                                     "23.64 GiB of which 120.00 MiB is free.")
+
+    transformers.AutoModelForImageTextToText.from_pretrained = failing
+
+
 def no_flock(code: int):
     "Every fcntl.flock fails with `code`, as on a file system that gives no file locks."
     import fcntl
@@ -102,5 +115,6 @@ if __name__ == "__main__":
     if os.environ.get("FAULT_KILL_BEFORE_ADAPTER"): killed_before_adapter()
     if os.environ.get("FAULT_NO_FLOCK"): no_flock(int(os.environ["FAULT_NO_FLOCK"]))
     if os.environ.get("FAULT_OOM_AT_STEP"): out_of_memory_at(int(os.environ["FAULT_OOM_AT_STEP"]))
+    if os.environ.get("FAULT_OOM_AT_LOAD"): out_of_memory_at_load()
     from consistency_amp.training.train import main
     main(sys.argv[1:])

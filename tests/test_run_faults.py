@@ -333,6 +333,16 @@ def test_out_of_memory_names_what_to_change_and_the_run_resumes_exactly(runs, un
     assert_resumes_exactly(runs, "oom", uninterrupted)
 
 
+def test_a_model_too_large_for_the_gpu_is_said_in_one_line(runs):
+    "Out of memory while the weights load: the model named, no batch advice (no step ran), the run recorded failed."
+    code, _, err = finish(start(runs, "too_large", FAULT_OOM_AT_LOAD=1))
+    assert code == 1 and "Traceback" not in err, err[-3000:]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("python -m consistency_amp.training.train: error: out of GPU memory while loading "), line
+    assert "Its weights do not fit in what the GPU has free" in line and "--pairs_per_device" not in line, line
+    assert read_json(runs / "too_large" / "status.json")["state"] == "failed"
+
+
 def test_a_runs_folder_without_file_locks_is_refused_in_one_line(tmp_path):
     import errno
     lockless = tmp_path / "runs"

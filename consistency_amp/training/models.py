@@ -22,7 +22,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForImageTextToText, AutoProcessor, ProcessorMixin
 
-from ..core import DEFAULT_MODEL, SPATIAL_BASE_PREFIX, TINY_MODEL   # (re-exported: models.PAPER_MODELS
+from ..core import DEFAULT_MODEL, SPATIAL_BASE_PREFIX, TINY_MODEL, loading_onto   # (re-exported: models.PAPER_MODELS
 from .adapter_files import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, _check_positive, check_adapter   # models.check_adapter stays importable
 from .spatial_bases import spatial_base_path
 from .tiny_models import tiny_model_path
@@ -207,13 +207,14 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, lora: bool = 
     peft_config = lora_config(lora_r, lora_alpha, lora_dropout, target_modules) if lora and adapter is None else None
     path = resolve_model_path(name_or_path)
     device = resolve_device(device)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=resolve_dtype(dtype, device),
-                                                        device_map={"": device}, trust_remote_code=trust_remote_code,
-                                                        **model_kwargs)
-    freeze_vision_tower(model)
-    if adapter is not None:
-        model = load_adapter(model, adapter, is_trainable=adapter_trainable)
-    elif peft_config is not None: model = _with_lora(model, peft_config, path, target_modules)
+    with loading_onto(name_or_path, device):     # weights too large for the GPU: one line (core.ModelDoesNotFit)
+        model = AutoModelForImageTextToText.from_pretrained(path, dtype=resolve_dtype(dtype, device),
+                                                            device_map={"": device}, trust_remote_code=trust_remote_code,
+                                                            **model_kwargs)
+        freeze_vision_tower(model)
+        if adapter is not None:
+            model = load_adapter(model, adapter, is_trainable=adapter_trainable)
+        elif peft_config is not None: model = _with_lora(model, peft_config, path, target_modules)
     return model, load_processor(path, trust_remote_code=trust_remote_code)
 
 # %% ../../nbs/43_models.ipynb #c36fe08e

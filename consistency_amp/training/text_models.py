@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+from ..core import loading_onto
 from ..files import build_once, cache_dir as default_cache_dir
 from .models import (LORA_ALPHA, LORA_DROPOUT, LORA_R, LORA_TARGET_NAMES, load_adapter, lora_config, resolve_device, resolve_dtype,
                                              resolve_model_path)
@@ -58,11 +59,12 @@ def load_text_model(name_or_path: str | os.PathLike | None = None, *, lora: bool
     "A causal LM and its tokenizer (default, or `TINY_TEXT_MODEL`: the tiny Qwen2), with the paper's LoRA on every attention and MLP projection, or the trained LoRA `adapter` (a folder `save_model` wrote; frozen unless `adapter_trainable`); `load_model`'s keywords, `model_kwargs` (e.g. `revision`, `attn_implementation`) to `from_pretrained`."
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    path = resolve_any_model_path(TINY_TEXT_MODEL if name_or_path is None else name_or_path)   # a folder that is not there: named
-    device = resolve_device(device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device_map={"": device}, **model_kwargs)
-    if adapter is not None: model = load_adapter(model, adapter, is_trainable=adapter_trainable)   # checked first, as load_model's
-    elif lora: model = get_peft_model(model, lora_config(lora_r, lora_alpha, lora_dropout, list(target_modules) if
-                                                         isinstance(target_modules, tuple) else target_modules))
+    name = TINY_TEXT_MODEL if name_or_path is None else name_or_path
+    path, device = resolve_any_model_path(name), resolve_device(device)   # a folder that is not there: named
+    with loading_onto(name, device):              # weights too large for the GPU: one line (core.ModelDoesNotFit)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device_map={"": device}, **model_kwargs)
+        if adapter is not None: model = load_adapter(model, adapter, is_trainable=adapter_trainable)   # checked first, as load_model's
+        elif lora: model = get_peft_model(model, lora_config(lora_r, lora_alpha, lora_dropout, list(target_modules) if
+                                                             isinstance(target_modules, tuple) else target_modules))
     return model, AutoTokenizer.from_pretrained(path, revision=model_kwargs.get("revision"))
 

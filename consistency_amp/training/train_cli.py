@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from ..core import FALSE_WORDS, PAIRINGS, TRUE_WORDS, accept_both_spellings
+from ..core import FALSE_WORDS, PAIRINGS, TRUE_WORDS, ModelDoesNotFit, accept_both_spellings
 from ..files import complete_checkpoints
 from .runs import CHECKPOINTS_DIR, resolve_path
 from .train_params import (FLAG_PARAMS, SET_BY_PARAMS, SOURCE_CHOICES, TRAIN_REWARDS,
@@ -224,7 +224,8 @@ def out_of_memory(error: BaseException, settings, run_dir=None, words: dict = RU
 
 # %% ../../nbs/39_train_cli.ipynb #d7a05e14
 def explained_failure(error: BaseException, settings, folder, words: dict = RUN_WORDS) -> str | None:
-    "The one line a training command prints for `error` where it can say what to do (a failed write under `folder`, the GPU out of memory; `words`: the command's flags), else None: the traceback stays."
+    "The one line a training command prints for `error` where it can say what to do (a failed write under `folder`, the GPU out of memory in a step, or while the model loaded; `words`: the command's flags), else None: the traceback stays."
+    if isinstance(error, ModelDoesNotFit): return str(error)   # loading: no batch setting helps (core.loading_onto)
     return write_failure(error, folder, words["resume"]) or out_of_memory(error, settings, folder, words)
 
 # %% ../../nbs/39_train_cli.ipynb #cd1d8545
