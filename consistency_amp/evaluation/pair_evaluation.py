@@ -31,45 +31,9 @@ from ..training.train_pairs import EXAMPLE_PAIRS, load_pair_model, load_pairs
 from ..training.paired_sampler import PairedPromptDataset
 
 # %% auto #0
-__all__ = ['PROG', 'pairs_digest', 'pair_answers_key', 'kept_answers', 'answer_prompts', 'answer_pairs', 'summarize_pairs',
-           'evaluate_pairs', 'PairEvalArguments', 'check_output_file', 'kept_answers_file', 'pair_answerer',
+__all__ = ['PROG', 'answer_prompts', 'answer_pairs', 'summarize_pairs', 'evaluate_pairs', 'pairs_digest', 'pair_answers_key',
+           'kept_answers', 'PairEvalArguments', 'check_output_file', 'kept_answers_file', 'pair_answerer',
            'write_pair_results', 'answering_stopped', 'main', 'cli']
-
-# %% ../../nbs/53_pair_evaluation.ipynb #44a8d03b
-def _digestible(value):
-    "A JSON stand-in for what json cannot write: bytes (an image file's) and decoded images by their digest."
-    if isinstance(value, bytes): return hashlib.sha256(value).hexdigest()
-    if callable(getattr(value, "tobytes", None)): return hashlib.sha256(value.tobytes()).hexdigest()   # a PIL image
-    return repr(value)
-
-def pairs_digest(pairs) -> str:
-    "A digest of every row of the paired dataset `pairs`, each image column undecoded (an image's file path, else its bytes)."
-    from datasets import Image
-    for column in IMAGE_COLUMNS:
-        if isinstance(pairs.features.get(column), Image): pairs = pairs.cast_column(column, Image(decode=False))
-    digest = hashlib.sha256()
-    for row in pairs: digest.update(json.dumps(row, sort_keys=True, default=_digestible).encode())
-    return digest.hexdigest()[:16]
-
-def pair_answers_key(settings: dict, pairs) -> str:
-    "The key of the answers to `pairs` under the decoding `settings` (model, adapter and its weights, backend, batch, ...), with this package's code."
-    blob = json.dumps(dict(settings, pairs=pairs_digest(pairs), code=code_digest()), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-# %% ../../nbs/53_pair_evaluation.ipynb #ea0529bf
-def kept_answers(path, key: str) -> list[str]:
-    "The completions stored in the JSON-lines file `path` under `key` (its first line; each later line: one call's completions) up to a line cut off; [] where there is no such file or its key differs."
-    try: lines = Path(path).read_text().splitlines()
-    except (OSError, UnicodeDecodeError): return []
-    texts = []
-    for i, line in enumerate(lines):
-        try: value = json.loads(line)
-        except ValueError: break                  # a line cut off by a kill: the lines before it are whole
-        if i == 0 and not (isinstance(value, dict) and value.get("key") == key): return []
-        if i > 0:
-            if not (isinstance(value, dict) and isinstance(value.get("texts"), list)): break
-            texts += value["texts"]
-    return texts
 
 # %% ../../nbs/53_pair_evaluation.ipynb #3dd0320d
 def _prompt_row(row: dict) -> dict:
@@ -144,6 +108,42 @@ def evaluate_pairs(model, processing_class, pairs, max_new_tokens: int = DEFAULT
     summary = summarize_pairs(records)
     if verbose: print(results_table(summary))
     return summary, records
+
+# %% ../../nbs/53_pair_evaluation.ipynb #44a8d03b
+def _digestible(value):
+    "A JSON stand-in for what json cannot write: bytes (an image file's) and decoded images by their digest."
+    if isinstance(value, bytes): return hashlib.sha256(value).hexdigest()
+    if callable(getattr(value, "tobytes", None)): return hashlib.sha256(value.tobytes()).hexdigest()   # a PIL image
+    return repr(value)
+
+def pairs_digest(pairs) -> str:
+    "A digest of every row of the paired dataset `pairs`, each image column undecoded (an image's file path, else its bytes)."
+    from datasets import Image
+    for column in IMAGE_COLUMNS:
+        if isinstance(pairs.features.get(column), Image): pairs = pairs.cast_column(column, Image(decode=False))
+    digest = hashlib.sha256()
+    for row in pairs: digest.update(json.dumps(row, sort_keys=True, default=_digestible).encode())
+    return digest.hexdigest()[:16]
+
+def pair_answers_key(settings: dict, pairs) -> str:
+    "The key of the answers to `pairs` under the decoding `settings` (model, adapter and its weights, backend, batch, ...), with this package's code."
+    blob = json.dumps(dict(settings, pairs=pairs_digest(pairs), code=code_digest()), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+# %% ../../nbs/53_pair_evaluation.ipynb #ea0529bf
+def kept_answers(path, key: str) -> list[str]:
+    "The completions stored in the JSON-lines file `path` under `key` (its first line; each later line: one call's completions) up to a line cut off; [] where there is no such file or its key differs."
+    try: lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError): return []
+    texts = []
+    for i, line in enumerate(lines):
+        try: value = json.loads(line)
+        except ValueError: break                  # a line cut off by a kill: the lines before it are whole
+        if i == 0 and not (isinstance(value, dict) and value.get("key") == key): return []
+        if i > 0:
+            if not (isinstance(value, dict) and isinstance(value.get("texts"), list)): break
+            texts += value["texts"]
+    return texts
 
 # %% ../../nbs/53_pair_evaluation.ipynb #c97a7d32
 @dataclass
