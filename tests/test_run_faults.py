@@ -298,6 +298,12 @@ def test_damaged_or_impossible_files_get_a_message_not_a_traceback(runs, uninter
                               str(blocker / "runs")], env=environment(), capture_output=True, text=True, timeout=300)
     assert nowhere.returncode == 1 and "Traceback" not in nowhere.stderr
     assert f"cannot create the runs folder {blocker / 'runs'}: Not a directory" in nowhere.stderr, nowhere.stderr[-2000:]
+    read_only = Path("/sys/kernel")                              # there, and no file can be written in it (sysfs)
+    if read_only.is_dir():
+        refused = subprocess.run([sys.executable, "-m", "consistency_amp.training.train", *FLAGS, "--runs_dir", str(read_only)],
+                                 env=environment(), capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+        assert "error: the runs folder /sys/kernel: cannot write there" in refused.stderr, refused.stderr[-2000:]
 
     # a run stopped at step 4, then damaged: the newest checkpoint's trainer_state.json and a log line cut off
     proc = start(runs, "damaged", "--stop_after", "4")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..core import check_choice
 from ..files import (CHECKPOINT_RE, TRAINER_STATE_FILE, complete_checkpoints, cut_off_file, repo_root,
-                                   resolve_path, utc_now, write_atomically)   # runs.repo_root/resolve_path/utc_now/TRAINER_STATE_FILE stay importable
+                                   resolve_path, utc_now, writable_folder, write_atomically)   # runs.repo_root/resolve_path/utc_now/TRAINER_STATE_FILE stay importable
 from .run_lock import (acquire_run_lock, describe_writer, holds_run_lock, release_run_lock,
                                                run_is_live, this_process)
 
@@ -278,12 +278,13 @@ def _check_params(params: dict) -> dict:
 
 # %% ../../nbs/33_runs.ipynb #731fd42c
 def _runs_folder(folder: Path) -> Path:
-    "`folder`, created if needed; ValueError naming it (and the way to choose another) if it cannot be."
+    "`folder`, created if needed, once a file can be written in it; ValueError naming it (and the way to choose another) if it cannot be."
+    way_out = f"runs_dir=... (CLI: --runs_dir; or ${RUNS_ENV})"
     try: folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"cannot create the runs folder {folder}: {e.strerror or e}. Give a folder you can write: "
-                         f"runs_dir=... (CLI: --runs_dir; or ${RUNS_ENV})") from None
-    return folder
+        raise ValueError(f"cannot create the runs folder {folder}: {e.strerror or e}. Give a folder you can write: {way_out}") from None
+    try: return writable_folder(folder, "the runs folder")   # there, but read-only: said before a run is staged in it
+    except ValueError as e: raise ValueError(f"{e}: {way_out}") from None
 
 # %% ../../nbs/33_runs.ipynb #a5955801
 def _writer_of(path: Path):
