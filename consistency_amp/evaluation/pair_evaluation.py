@@ -125,6 +125,8 @@ def pairs_digest(pairs) -> str:
     for row in pairs: digest.update(json.dumps(row, sort_keys=True, default=_digestible).encode())
     return digest.hexdigest()[:16]
 
+
+# %% ../../nbs/53_pair_evaluation.ipynb #7ffe794a
 def pair_answers_key(settings: dict, pairs) -> str:
     "The key of the answers to `pairs` under the decoding `settings` (model, adapter and its weights, backend, batch, ...), with this package's code."
     blob = json.dumps(dict(settings, pairs=pairs_digest(pairs), code=code_digest()), sort_keys=True, default=str)

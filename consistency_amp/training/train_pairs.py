@@ -308,6 +308,8 @@ def say_stopped(trainer, config, argv: list[str], why: str) -> None:
     print(f"stopped by {why} {where}. Resume with: {resume_command(argv)}   (under torchrun: the same launch with "
           "--resume_from_checkpoint true)", file=sys.stderr)
 
+
+# %% ../../nbs/46_train_pairs.ipynb #50c0baf6
 def record_failure(error: BaseException, trainer, config) -> str | None:
     "Record the run failed on `error` with its line; the line where the command can say what to do (`explained_failure`), else None."
     line = explained_failure(error, config, config.output_dir, PAIRS_WORDS)
